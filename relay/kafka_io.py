@@ -1,0 +1,232 @@
+"""Driver-side Kafka access: connection settings, topic metadata, real end offsets, tail reads.
+
+Together with `relay.source` and `relay.target` this is the only code that imports kafka-python.
+Everything here must be correct for Apache Kafka; where Tansu (the test broker) differs, the
+workaround is one that is also right for Kafka, and a comment says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError, NoBrokersAvailable
+
+from relay.config import ClusterConfig
+
+log = logging.getLogger(__name__)
+
+# kafka-python's names for the SASL mechanisms ktm accepts (the same strings Kafka uses).
+_SECURITY_PROTOCOL = {(False, False): "PLAINTEXT", (False, True): "SSL"}
+_SECURITY_PROTOCOL.update({(True, False): "SASL_PLAINTEXT", (True, True): "SASL_SSL"})
+
+
+def client_settings(cluster: ClusterConfig, request_timeout: float = 10.0) -> dict[str, Any]:
+    """Map a cluster's auth/TLS keys onto kafka-python client settings."""
+    settings: dict[str, Any] = {
+        "bootstrap_servers": list(cluster.servers),
+        "client_id": "ktm",
+        "request_timeout_ms": int(request_timeout * 1000) + 500,
+        "bootstrap_timeout_ms": int(request_timeout * 1000),
+        "reconnect_backoff_max_ms": 2000,
+    }
+    sasl = cluster.sasl_mechanism is not None
+    settings["security_protocol"] = _SECURITY_PROTOCOL[(sasl, cluster.tls)]
+    if sasl:
+        settings["sasl_mechanism"] = cluster.sasl_mechanism
+        settings["sasl_plain_username"] = cluster.username
+        settings["sasl_plain_password"] = cluster.password.value if cluster.password else None
+    if cluster.tls:
+        settings["ssl_cafile"] = cluster.ca_cert_path
+        settings["ssl_certfile"] = cluster.client_cert_path
+        settings["ssl_keyfile"] = cluster.client_key_path
+    return settings
+
+
+def describe(cluster: ClusterConfig) -> str:
+    """How errors name a cluster: its name and its addresses (never its credentials)."""
+    return f"{cluster.name} ({','.join(cluster.servers)})"
+
+
+@contextmanager
+def admin_client(cluster: ClusterConfig, timeout: float = 10.0) -> Iterator[KafkaAdminClient]:
+    try:
+        admin = KafkaAdminClient(**client_settings(cluster, timeout))
+    except NoBrokersAvailable as exc:
+        raise ConnectionError(f"cannot reach {describe(cluster)}: no broker answered") from exc
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+@contextmanager
+def probe_consumer(cluster: ClusterConfig, timeout: float = 10.0, group_id: str | None = None):
+    """A consumer for metadata and tail reads: manual assignment only, never subscribes.
+
+    With `group_id` it can also read committed offsets; it never joins the group.
+    """
+    try:
+        consumer = KafkaConsumer(
+            **client_settings(cluster, timeout),
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=100,
+        )
+    except NoBrokersAvailable as exc:
+        raise ConnectionError(f"cannot reach {describe(cluster)}: no broker answered") from exc
+    try:
+        yield consumer
+    finally:
+        consumer.close(autocommit=False)
+
+
+def partition_counts(
+    cluster: ClusterConfig, topics: Iterable[str], timeout: float
+) -> dict[str, int]:
+    """Partition count of each existing topic among `topics`; missing topics are left out.
+
+    Asks for the metadata of ALL topics: asking for a named topic auto-creates it on brokers with
+    auto.create.topics.enable (and kafka-python 3.0.12 ignores allow_auto_create_topics), and ktm
+    must never create a topic by accident.
+    """
+    wanted = set(topics)
+    with admin_client(cluster, timeout) as admin:
+        described = admin.describe_topics()  # no names: every topic, nothing created
+    counts: dict[str, int] = {}
+    for topic in described:
+        if topic["name"] in wanted and not topic.get("error_code"):
+            counts[topic["name"]] = len(topic["partitions"])
+    return counts
+
+
+TP = tuple[str, int]  # (topic, partition); kafka-python's TopicPartition stays in this module
+
+
+def offset_bounds(
+    cluster: ClusterConfig, tps: list[TP], timeout: float
+) -> tuple[dict[TP, int], dict[TP, int]]:
+    """(beginning, real end) offset of each partition. See `real_end_offsets`."""
+    parts = [TopicPartition(*tp) for tp in tps]
+    with probe_consumer(cluster, timeout) as consumer:
+        begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
+        end = real_end_offsets(consumer, parts, begin, timeout)
+    return {tuple(tp): v for tp, v in begin.items()}, {tuple(tp): v for tp, v in end.items()}
+
+
+def real_end_offsets(
+    consumer: KafkaConsumer,
+    tps: list[TopicPartition],
+    begin: dict[TopicPartition, int],
+    timeout: float,
+) -> dict[TopicPartition, int]:
+    """The log end offset of each partition, confirmed by a fetch's high watermark.
+
+    ListOffsets(latest) is exact on Apache Kafka but under-reports on Tansu (it answers the base
+    offset of the last batch + 1). A fetch from just below the listed end returns the high
+    watermark, which is right on both; the listed end is a lower bound, so seeking to it - 1 never
+    skips past the real end.
+    """
+    if not tps:
+        return {}
+    listed = consumer.end_offsets(tps, timeout_ms=int(timeout * 1000))
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, max(begin[tp], listed[tp] - 1))
+    deadline = time.monotonic() + timeout
+    pending = set(tps)
+    while pending and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=100, max_records=1)
+        pending = {tp for tp in pending if consumer.highwater(tp) is None}
+    if pending:
+        names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(pending))
+        raise TimeoutError(f"no fetch answer within {timeout}s for {names}")
+    ends = {tp: max(listed[tp], consumer.highwater(tp)) for tp in tps}
+    consumer.assign([])
+    return ends
+
+
+def committed_offsets(
+    cluster: ClusterConfig, group_id: str, tps: list[TP], timeout: float
+) -> dict[TP, int | None]:
+    """The source consumer group's committed offset of each partition (None if never)."""
+    with probe_consumer(cluster, timeout, group_id=group_id) as consumer:
+        return {
+            tp: consumer.committed(TopicPartition(*tp), timeout_ms=int(timeout * 1000))
+            for tp in tps
+        }
+
+
+def read_tails(
+    cluster: ClusterConfig,
+    tps: list[TP],
+    satisfied: Callable[[TP, list[Any]], bool],
+    timeout: float,
+) -> dict[TP, list[Any]]:
+    """The tail of each partition, read backwards until `satisfied(tp, records)` says enough."""
+    parts = [TopicPartition(*tp) for tp in tps]
+    tails: dict[TP, list[Any]] = {}
+    with probe_consumer(cluster, timeout) as consumer:
+        begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
+        end = real_end_offsets(consumer, parts, begin, timeout)
+        for tp in parts:
+            key: TP = (tp.topic, tp.partition)
+            tails[key] = scan_back(
+                consumer, tp, begin[tp], end[tp], functools.partial(satisfied, key), timeout=timeout
+            )
+    return tails
+
+
+def scan_back(
+    consumer: KafkaConsumer,
+    tp: TopicPartition,
+    begin: int,
+    end: int,
+    satisfied: Callable[[list[Any]], bool],
+    first_window: int = 500,
+    max_records: int = 200_000,
+    timeout: float = 30.0,
+) -> list[Any]:
+    """Read the tail of a partition backwards in growing windows until `satisfied(records)`.
+
+    Returns the records read (oldest first). Stops at the log start or after `max_records`.
+    """
+    window = first_window
+    records: list[Any] = []
+    upper = end
+    while upper > begin:
+        lower = max(begin, upper - window)
+        records = read_range(consumer, tp, lower, upper, timeout) + records
+        if satisfied(records) or end - lower >= max_records:
+            break
+        upper, window = lower, window * 4
+    return records
+
+
+def read_range(
+    consumer: KafkaConsumer, tp: TopicPartition, lower: int, upper: int, timeout: float
+) -> list[Any]:
+    """Records with lower <= offset < upper. Offsets may have gaps (compaction, markers)."""
+    consumer.assign([tp])
+    consumer.seek(tp, lower)
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while consumer.position(tp) < upper:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {tp.topic}[{tp.partition}] {lower}..{upper} timed out")
+        batch = consumer.poll(timeout_ms=200).get(tp, [])
+        out.extend(r for r in batch if r.offset < upper)
+    return out
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Retry connection trouble and Kafka errors that say they are retriable; nothing else."""
+    if isinstance(exc, (ConnectionError, TimeoutError, NoBrokersAvailable)):
+        return True
+    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))

@@ -1,0 +1,126 @@
+"""Every Prometheus metric ktm exports, and the small HTTP server for /metrics and /healthz.
+
+Metrics are declared here only. The registry is passed in, so tests use a fresh one.
+Executors do not touch metrics: tasks return counts and the driver records them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+from relay.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+ROUTE_LABELS = ("source_topic", "source_partition", "target_topic", "target_partition")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.consumed = Counter(
+            "ktm_messages_consumed", "Records read from the source", ROUTE_LABELS, registry=r
+        )
+        self.produced = Counter(
+            "ktm_messages_produced",
+            "Records acknowledged by the destination",
+            ROUTE_LABELS,
+            registry=r,
+        )
+        self.filtered = Counter(
+            "ktm_messages_filtered",
+            "Records dropped by a filter",
+            ("filter", "source_topic"),
+            registry=r,
+        )
+        self.bytes_produced = Counter(
+            "ktm_bytes_produced", "Key and value bytes produced", ("target_topic",), registry=r
+        )
+        self.lag = Gauge(
+            "ktm_partition_lag",
+            "Source end offset minus the next offset to relay",
+            ("source_topic", "source_partition"),
+            registry=r,
+        )
+        self.next_offset = Gauge(
+            "ktm_source_next_offset",
+            "First source offset not yet acknowledged by the destination",
+            ("source_topic", "source_partition"),
+            registry=r,
+        )
+        self.errors = Counter("ktm_errors", "Errors by kind", ("kind",), registry=r)
+        self.retries = Counter(
+            "ktm_retries", "Retries after a retriable error", ("side",), registry=r
+        )
+        self.epoch_duration = Histogram(
+            "ktm_epoch_duration_seconds",
+            "Wall time of one epoch (one Spark job)",
+            buckets=(0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60),
+            registry=r,
+        )
+        self.epoch_overhead = Counter(
+            "ktm_epoch_overhead_seconds",
+            "Epoch wall time not spent inside tasks (scheduling, start-up, collection)",
+            registry=r,
+        )
+
+
+class MetricsServer:
+    """Serves /metrics (Prometheus text) and /healthz (JSON) on a background thread."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        addr: tuple[str, int],
+        health: Callable[[], tuple[bool, dict[str, object]]],
+    ):
+        handler = _handler(metrics.registry, health)
+        try:
+            self._server = ThreadingHTTPServer(addr, handler)
+        except OSError as exc:
+            raise ConfigError(
+                f"[app].metrics_addr: cannot listen on {addr[0]}:{addr[1]}: {exc.strerror}"
+            ) from exc
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(
+    registry: CollectorRegistry, health: Callable[[], tuple[bool, dict[str, object]]]
+) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            if self.path.split("?")[0] == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+            elif self.path.split("?")[0] == "/healthz":
+                ok, detail = health()
+                body = json.dumps({"status": "ok" if ok else "unhealthy", **detail}).encode()
+                self._send(200 if ok else 503, "application/json", body)
+            else:
+                self._send(404, "text/plain", b"not found: try /metrics or /healthz\n")
+
+        def _send(self, code: int, ctype: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            log.debug("http: " + format, *args)
+
+    return Handler

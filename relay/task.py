@@ -1,0 +1,258 @@
+"""The executor side: one task relays one source partition until its epoch ends.
+
+consume -> filters -> stamp provenance -> produce (acks=all) -> on ack, the offset is done.
+A task never raises for Kafka trouble: it reports what was acknowledged and what went wrong,
+and the driver decides (retry, fail over, stop). Kafka clients live in module-level caches, so a
+reused Python worker keeps its connections from one epoch to the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay.filters import FilterRecord, FilterRuntimeError, apply_filters, cached_filters
+from relay.kafka_io import is_retriable
+from relay.plan import PROVENANCE_HEADER, PartitionTask, TaskResult, provenance_prefix
+from relay.source import PartitionReader
+from relay.target import Producer
+
+log = logging.getLogger(__name__)
+
+_readers: dict[tuple[Any, str], PartitionReader] = {}
+_producers: dict[Any, Producer] = {}
+
+EMPTY_POLL_WAIT = 0.2  # seconds a poll may wait; bounds how late a deadline is noticed
+
+
+class SourceFailure(Exception):
+    """Reading the source failed; wraps the client's error."""
+
+
+class TargetFailure(Exception):
+    """Producing to the destination failed; wraps the client's error."""
+
+
+@dataclass
+class _State:
+    """Mutable bookkeeping of one task run."""
+
+    processed_to: int  # every offset below this was produced or filtered
+    pending: list[tuple[int, Any]] = field(default_factory=list)  # (offset, produce future)
+    consumed: int = 0
+    produced_bytes: int = 0
+    filtered: dict[str, int] = field(default_factory=dict)
+    reached_stop: bool = False
+
+
+def run_task(task: PartitionTask) -> TaskResult:
+    """Relay one partition for one epoch; always returns a result, never raises."""
+    started = time.monotonic()
+    state = _State(processed_to=task.start)
+    error: tuple[str, BaseException] | None = None
+    try:
+        reader = _reader(task)
+        producer = _producer(task)
+        reader.start(task.route.topic, task.route.partition, task.start)
+        _pump(task, reader, producer, state, started + task.deadline)
+    except SourceFailure as exc:
+        error = ("source", exc.__cause__ or exc)
+    except TargetFailure as exc:
+        error = ("target", exc.__cause__ or exc)
+    except FilterRuntimeError as exc:
+        error = ("filter", exc)
+    except Exception as exc:  # noqa: BLE001 - reported to the driver, which stops cleanly
+        error = ("internal", exc)
+    next_offset, ack_error = _settle(task, state)
+    if ack_error is not None and error is None:
+        error = ("target", ack_error)
+    if error is None and next_offset > task.start:
+        _commit(task, next_offset)
+    if error is not None:
+        _evict(task, error[0])
+    return _result(task, state, next_offset, error, time.monotonic() - started)
+
+
+def _pump(
+    task: PartitionTask, reader: PartitionReader, producer: Producer, state: _State, deadline: float
+) -> None:
+    route, stop = task.route, task.stop
+    filters = cached_filters(task.filters) if task.filters else []
+    skip_errors = {spec.id for spec in task.filters if spec.on_error == "skip"}
+    prefix = provenance_prefix(task.source.name, route.topic, route.partition)
+    send = producer.send
+    while True:
+        if stop is not None and state.processed_to >= stop:
+            state.reached_stop = True
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        try:
+            records = reader.poll(min(remaining, EMPTY_POLL_WAIT))
+            position = reader.position()
+        except Exception as exc:
+            raise SourceFailure(str(exc)) from exc
+        for record in records:
+            offset = record.offset
+            if stop is not None and offset >= stop:
+                break
+            state.consumed += 1
+            if filters and _rejected(task, filters, skip_errors, record, state):
+                state.processed_to = offset + 1
+                continue
+            headers = list(record.headers or ())
+            headers.append((PROVENANCE_HEADER, prefix + str(offset).encode()))
+            try:
+                future = send(
+                    route.target_topic,
+                    value=record.value,
+                    key=record.key,
+                    headers=headers,
+                    partition=route.target_partition,
+                    timestamp_ms=record.timestamp,
+                )
+            except Exception as exc:
+                raise TargetFailure(str(exc)) from exc
+            state.pending.append((offset, future))
+            state.produced_bytes += len(record.value or b"") + len(record.key or b"")
+            state.processed_to = offset + 1
+        else:
+            # The whole batch was handled: the position may be past gaps (compaction, markers).
+            state.processed_to = max(
+                state.processed_to, position if stop is None else min(position, stop)
+            )
+
+
+def _rejected(
+    task: PartitionTask, filters: list[Any], skip_errors: set[str], record: Any, state: _State
+) -> bool:
+    view = FilterRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp,
+        record.key,
+        record.value,
+        list(record.headers or ()),
+    )
+    try:
+        rejected_by = apply_filters(filters, view)
+    except FilterRuntimeError as exc:
+        if exc.filter_id not in skip_errors:
+            raise FilterRuntimeError(
+                exc.filter_id,
+                f"{exc.error} (topic={record.topic} partition={record.partition} "
+                f"offset={record.offset})",
+            ) from exc
+        rejected_by = f"{exc.filter_id}:error"
+    if rejected_by is None:
+        return False
+    state.filtered[rejected_by] = state.filtered.get(rejected_by, 0) + 1
+    return True
+
+
+def _settle(task: PartitionTask, state: _State) -> tuple[int, BaseException | None]:
+    """Wait for acks; the first unacknowledged record bounds what counts as done."""
+    producer = _producers.get(task.target)
+    if state.pending and producer is not None:
+        try:
+            producer.flush(timeout=task.target.request_timeout * 2 + task.target.linger)
+        except Exception:  # noqa: BLE001 - the futures below say which records failed
+            pass
+    for offset, future in state.pending:
+        if not future.is_done:
+            return offset, TimeoutError(f"no acknowledgement for source offset {offset}")
+        if future.failed():
+            return offset, future.exception
+    return state.processed_to, None
+
+
+def _commit(task: PartitionTask, next_offset: int) -> None:
+    """Best effort: the destination's provenance headers, not this commit, are the truth."""
+    try:
+        _readers[(task.source, task.group_id)].commit(next_offset)
+    except Exception as exc:  # noqa: BLE001
+        log.warning(
+            "commit failed topic=%s partition=%s offset=%s: %s",
+            task.route.topic,
+            task.route.partition,
+            next_offset,
+            exc,
+        )
+
+
+def _reader(task: PartitionTask) -> PartitionReader:
+    key = (task.source, task.group_id)
+    if key not in _readers:
+        try:
+            _readers[key] = PartitionReader(task.source, task.group_id)
+        except Exception as exc:
+            raise SourceFailure(str(exc)) from exc
+    return _readers[key]
+
+
+def _producer(task: PartitionTask) -> Producer:
+    if task.target not in _producers:
+        try:
+            _producers[task.target] = Producer(task.target)
+        except Exception as exc:
+            raise TargetFailure(str(exc)) from exc
+    return _producers[task.target]
+
+
+def _evict(task: PartitionTask, kind: str) -> None:
+    """Drop clients after a failure so the next epoch starts from a clean connection state.
+
+    Closing the producer waits (bounded) for in-flight batches, so none lands after the driver
+    re-reads the destination tail to find the resume point.
+    """
+    if kind in ("target", "internal"):
+        producer = _producers.pop(task.target, None)
+        if producer is not None:
+            _close_quietly(producer.close, task.target.request_timeout)
+    if kind in ("source", "internal"):
+        reader = _readers.pop((task.source, task.group_id), None)
+        if reader is not None:
+            _close_quietly(reader.close)
+
+
+def _close_quietly(close: Any, *args: Any) -> None:
+    try:
+        close(*args)
+    except Exception:  # noqa: BLE001 - a broken client is being thrown away anyway
+        pass
+
+
+def _result(
+    task: PartitionTask,
+    state: _State,
+    next_offset: int,
+    error: tuple[str, BaseException] | None,
+    elapsed: float,
+) -> TaskResult:
+    reader = _readers.get((task.source, task.group_id))
+    try:
+        highwater = reader.highwater() if reader is not None else None
+    except Exception:  # noqa: BLE001
+        highwater = None
+    produced = sum(1 for offset, _ in state.pending if offset < next_offset)
+    return TaskResult(
+        key=task.route.key,
+        start=task.start,
+        next_offset=next_offset,
+        consumed=state.consumed,
+        produced=produced,
+        produced_bytes=state.produced_bytes,
+        filtered=dict(state.filtered),
+        highwater=highwater,
+        reached_stop=state.reached_stop and next_offset >= (task.stop or 0),
+        error_kind=error[0] if error else None,
+        error=f"{type(error[1]).__name__}: {error[1]}" if error else None,
+        retriable=error is not None and error[0] in ("source", "target") and is_retriable(error[1]),
+        elapsed=elapsed,
+        worker_pid=os.getpid(),
+    )

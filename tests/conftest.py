@@ -1,0 +1,74 @@
+"""Shared fixtures: real brokers (tests/kafka_env.py) and the ``integration`` marker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.kafka_env import Broker, new_broker
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+BrokerFactory = Callable[[str], Broker]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/integration is marked ``integration``: -m "not integration"."""
+    for item in items:
+        if INTEGRATION_DIR in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def _broker_factory(log_dir: Path) -> Iterator[BrokerFactory]:
+    with ExitStack() as started:  # stops every broker, in reverse order, even if one fails
+
+        def start_broker(name: str) -> Broker:
+            broker = new_broker(name, log_dir=log_dir)
+            started.callback(broker.stop)
+            return broker
+
+        yield start_broker
+
+
+@pytest.fixture
+def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFactory]:
+    """``broker_factory(name)`` starts a fresh broker (one cluster); all stop at teardown."""
+    yield from _broker_factory(tmp_path_factory.mktemp("brokers"))
+
+
+@pytest.fixture(scope="module")
+def module_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFactory]:
+    """Like broker_factory, but the brokers live for the whole test module."""
+    yield from _broker_factory(tmp_path_factory.mktemp("brokers"))
+
+
+@pytest.fixture(scope="module")
+def source_broker(module_brokers: BrokerFactory) -> Broker:
+    return module_brokers("source")
+
+
+@pytest.fixture(scope="module")
+def target_broker(module_brokers: BrokerFactory) -> Broker:
+    return module_brokers("target")
+
+
+# --- Spark fixtures ----------------------------------------------------------------------------
+# Reserved: the session-scoped SparkSession fixture goes here.
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One small real local SparkSession for every in-process test (ktm's Engine reuses it)."""
+    from relay.config import SparkConfig
+    from relay.engine import Engine
+
+    engine = Engine(
+        SparkConfig(master=None, app_name="ktm-tests", epoch_duration=1.0, conf=()),
+        "local[2]",
+        tmp_path_factory.mktemp("spark"),
+    )
+    yield engine
+    engine.stop()
