@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError, NoBrokersAvailable
+from kafka.errors import KafkaError, KafkaTimeoutError
 
 from relay.config import ClusterConfig
 
@@ -57,7 +57,7 @@ def describe(cluster: ClusterConfig) -> str:
 def admin_client(cluster: ClusterConfig, timeout: float = 10.0) -> Iterator[KafkaAdminClient]:
     try:
         admin = KafkaAdminClient(**client_settings(cluster, timeout))
-    except NoBrokersAvailable as exc:
+    except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
         raise ConnectionError(f"cannot reach {describe(cluster)}: no broker answered") from exc
     try:
         yield admin
@@ -79,7 +79,7 @@ def probe_consumer(cluster: ClusterConfig, timeout: float = 10.0, group_id: str 
             auto_offset_reset="earliest",
             fetch_max_wait_ms=100,
         )
-    except NoBrokersAvailable as exc:
+    except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
         raise ConnectionError(f"cannot reach {describe(cluster)}: no broker answered") from exc
     try:
         yield consumer
@@ -227,6 +227,6 @@ def read_range(
 
 def is_retriable(exc: BaseException) -> bool:
     """Retry connection trouble and Kafka errors that say they are retriable; nothing else."""
-    if isinstance(exc, (ConnectionError, TimeoutError, NoBrokersAvailable)):
+    if isinstance(exc, (ConnectionError, TimeoutError)):
         return True
     return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))

@@ -124,11 +124,12 @@ def choose_start(
     acknowledged, so it is never ahead of the truth either; it matters when the last records were
     all filtered out (nothing in the destination names them). Take the later of the two.
     """
-    candidates = [ResumePoint(begin, "beginning")]
-    if committed is not None:
-        candidates.append(ResumePoint(committed, "committed"))
+    candidates = []  # on a tie, max() keeps the first: the most exact reason
     if relayed is not None:
         candidates.append(ResumePoint(relayed + 1, "destination"))
+    if committed is not None:
+        candidates.append(ResumePoint(committed, "committed"))
+    candidates.append(ResumePoint(begin, "beginning"))
     best = max(candidates, key=lambda point: point.offset)
     if best.offset > end:
         raise KafkaSetupError(

@@ -32,7 +32,6 @@ def producer_settings(target: TargetConfig) -> dict[str, Any]:
         # of the producer retrying forever behind the relay's back.
         "delivery_timeout_ms": 2 * timeout_ms + int(target.linger * 1000),
         "max_block_ms": timeout_ms,
-        "buffer_memory": 64 * 1024 * 1024,
     }
 
 
