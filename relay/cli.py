@@ -75,7 +75,7 @@ def main() -> None:
     type=click.Choice(MODES),
     default="single",
     show_default=True,
-    help="single: the first [[sources]] cluster; failover: all of them (not yet available).",
+    help="single: the first [[sources]] cluster; failover: all, switching on failure or lag.",
 )
 @click.option(
     "--stop-at-end", is_flag=True, help="Relay up to the end offsets seen at start-up, then exit 0."
@@ -126,12 +126,15 @@ def _relay(
     setup_logging(cfg.app.log_level, debug=debug, fmt=log_format)
     if debug:
         log.debug("config: %s", cfg.redacted())
-    if mode == "failover":
-        raise ConfigError("--mode failover: not available in this version yet (see issue #3)")
-    return _run_relay(cfg, stop_at_end, master, debug)
+    if mode == "failover" and len(cfg.sources) < 2:
+        raise ConfigError(
+            f"--mode failover: needs at least two [[sources]] nodes, {config_path} has "
+            f"{len(cfg.sources)}"
+        )
+    return _run_relay(cfg, mode == "failover", stop_at_end, master, debug)
 
 
-def _run_relay(cfg: Any, stop_at_end: bool, master: str | None, debug: bool) -> int:
+def _run_relay(cfg: Any, failover: bool, stop_at_end: bool, master: str | None, debug: bool) -> int:
     from relay.driver import Relay
     from relay.filters import FilterSpec, validate_filters
     from relay.metrics import Metrics, MetricsServer

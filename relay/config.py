@@ -31,6 +31,7 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ON_ERROR = ("stop", "skip")
+ON_MISMATCH = ("stop", "continue")
 TOP_LEVEL_KEYS = ("app", "spark", "topics", "sources", "source_pool", "target", "filters")
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(us|ms|s|m|h)")
@@ -352,6 +353,8 @@ class SourcePoolConfig:
     backoff_min: float = field(default=1.0, metadata=_reads(_duration))
     backoff_max: float = field(default=10.0, metadata=_reads(_duration))
     randomize_initial: bool = field(default=False, metadata=_reads(_bool))
+    # What to do when the record at the resume point on a new node differs from what was relayed.
+    on_mismatch: str = field(default="stop", metadata=_reads(_choice, choices=ON_MISMATCH))
 
 
 @dataclass(frozen=True)

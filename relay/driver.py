@@ -14,39 +14,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception
-
 from relay import kafka_io
-from relay.config import ClusterConfig, Config
+from relay.config import Config
 from relay.engine import Engine, default_master, make_log_dir
 from relay.errors import KafkaSetupError, RelayError
+from relay.failover import Decision, SourcePool
 from relay.filters import FilterSpec
 from relay.metrics import Metrics
 from relay.plan import PartitionRoute, PartitionTask, SourcePartition, TaskResult, plan_routes
-from relay.resume import SourceOffsets, relayed_offsets, resume_points, source_offsets
+from relay.resume import (
+    SourceOffsets,
+    check_continuity,
+    relayed_offsets,
+    relayed_records,
+    resume_points,
+    source_offsets,
+)
+from relay.retry import RetriableEpochError, RetryPolicy, policy_for, retrying
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-STARTUP_ATTEMPTS_WHEN_FOREVER = 5  # "-1 = forever" applies once the relay has started
-
-
-class RetriableEpochError(RelayError):
-    """Some tasks failed with a retriable error; `side` is "source" or "target"."""
-
-    def __init__(self, message: str, side: str):
-        super().__init__(message)
-        self.side = side
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_retries: int  # -1 = forever
-    backoff_min: float
-    backoff_max: float
-
-    def wait(self, attempt: int) -> float:
-        return float(min(self.backoff_max, self.backoff_min * 2 ** max(0, attempt - 1)))
 
 
 @dataclass
@@ -71,9 +59,10 @@ class Relay:
         metrics: Metrics,
         filters: tuple[FilterSpec, ...] = (),
         master: str | None = None,
+        failover: bool = False,
     ):
         self.cfg = cfg
-        self.source: ClusterConfig = cfg.sources[0]
+        self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
         self.stop_at_end = stop_at_end
         self.stop_event = stop_event
         self.metrics = metrics
@@ -86,52 +75,52 @@ class Relay:
         self.summary = RunSummary()
         self.engine: Engine | None = None
         self.log_path: str | None = None
+        self._source_trouble = False
 
     # ---- set-up -------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Check both clusters and topics, then find every partition's resume point."""
-        cfg = self.cfg
+        """Check the clusters and topics, pick the source node, find every resume point."""
+        cfg, target = self.cfg, self.cfg.target.cluster
         names = [r.source for r in cfg.topics]
         src_counts = self._startup(
-            "source", lambda: kafka_io.partition_counts(self.source, names, self.timeout)
+            "source", lambda: self.pool.partition_counts(names, self.timeout)
         )
         dst_counts = self._startup(
             "target",
-            lambda: kafka_io.partition_counts(
-                cfg.target.cluster, [r.target for r in cfg.topics], self.timeout
-            ),
+            lambda: kafka_io.partition_counts(target, [r.target for r in cfg.topics], self.timeout),
         )
-        where = kafka_io.describe(self.source)
-        self.routes = plan_routes(cfg.topics, src_counts, dst_counts, where)
-        offsets = self._startup(
-            "source", lambda: source_offsets(self.source, self.routes, self.timeout)
+        self.routes = plan_routes(cfg.topics, src_counts, dst_counts, self.pool.describe_all())
+        relayed = self._startup(
+            "target", lambda: relayed_offsets(target, self.routes, self.timeout)
         )
+        keys = [r.key for r in self.routes]
+        relayed_next = {key: offset + 1 for key, offset in relayed.items()}
+        self._startup("source", lambda: self.pool.start(keys, relayed_next))
+        source = self.pool.active
+        offsets = self._startup("source", lambda: source_offsets(source, self.routes, self.timeout))
         points = self._startup(
-            "target",
+            "source",
             lambda: resume_points(
-                self.source,
-                cfg.target.cluster,
-                self.routes,
-                cfg.app.group_id,
-                offsets,
-                self.timeout,
+                source, self.routes, cfg.app.group_id, offsets, relayed, self.timeout
             ),
         )
         self.next = {key: point.offset for key, point in points.items()}
         if self.stop_at_end:
-            self.stop_offsets = dict(offsets.end)
+            self.stop_offsets = self.pool.boot_ends() or dict(offsets.end)
         self._record_lag(offsets)
 
     def _startup(self, side: str, fn: Callable[[], T]) -> T:
-        policy = self._policy(side)
-        if policy.max_retries < 0:
-            policy = RetryPolicy(
-                STARTUP_ATTEMPTS_WHEN_FOREVER, policy.backoff_min, policy.backoff_max
-            )
-        cluster = self.source if side == "source" else self.cfg.target.cluster
+        policy = policy_for(self.cfg, side).bounded()
+        where = (
+            self.pool.describe_all()
+            if side == "source"
+            else kafka_io.describe(self.cfg.target.cluster)
+        )
         try:
-            for attempt in self._retrying(lambda _: policy, kafka_io.is_retriable):
+            for attempt in retrying(
+                lambda _: policy, kafka_io.is_retriable, self.stop_event, self.metrics
+            ):
                 with attempt:
                     return fn()
         except KafkaSetupError:
@@ -139,10 +128,9 @@ class Relay:
         except Exception as exc:
             if kafka_io.is_retriable(exc):
                 raise KafkaSetupError(
-                    f"{side} {kafka_io.describe(cluster)}: unreachable after "
-                    f"{policy.max_retries + 1} attempts: {exc}"
+                    f"{side} {where}: unreachable after {policy.max_retries + 1} attempts: {exc}"
                 ) from exc
-            raise KafkaSetupError(f"{side} {kafka_io.describe(cluster)}: {exc}") from exc
+            raise KafkaSetupError(f"{side} {where}: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover - reraise=True
 
     # ---- running ------------------------------------------------------------------------
@@ -157,7 +145,8 @@ class Relay:
                 if not todo:
                     log.info("reached the end offsets seen at start-up")
                     break
-                for attempt in self._retrying(self._epoch_policy, _is_retriable_epoch):
+                policy = self._epoch_policy
+                for attempt in retrying(policy, _is_retriable_epoch, self.stop_event, self.metrics):
                     with attempt:
                         self._epoch(todo, attempt.retry_state.attempt_number)
         finally:
@@ -168,6 +157,7 @@ class Relay:
         return self.summary
 
     def close(self) -> None:
+        self.pool.close()
         if self.engine is not None:
             engine, self.engine = self.engine, None
             engine.stop()
@@ -193,6 +183,12 @@ class Relay:
             return
         if attempt > 1:
             self._resync(todo)
+        try:
+            decision = self.pool.next_switch(self.next, urgent=self._source_trouble)
+        except ConnectionError as exc:
+            raise RetriableEpochError(str(exc), "source") from exc
+        if decision is not None:
+            self._switch(decision)
         tasks = [self._task(route) for route in todo]
         assert self.engine is not None
         began = time.monotonic()
@@ -203,12 +199,13 @@ class Relay:
         wall = time.monotonic() - began
         self._record(results, wall)
         failures = [r for r in results if r.error_kind]
+        self._source_trouble = any(r.error_kind == "source" for r in failures)
         if failures:
             self._fail(failures)
 
     def _task(self, route: PartitionRoute) -> PartitionTask:
         return PartitionTask(
-            source=self.source,
+            source=self.pool.active,
             target=self.cfg.target,
             route=route,
             start=self.next[route.key],
@@ -230,6 +227,24 @@ class Relay:
                     relayed[route.key] + 1,
                 )
                 self.next[route.key] = relayed[route.key] + 1
+
+    def _switch(self, decision: Decision) -> None:
+        """Move to another node: resume from the destination's provenance, after checking
+        that the new node's record at the last relayed offset is the one relayed."""
+        new = self.pool.node(decision.node)
+        relayed = relayed_records(self.cfg.target.cluster, self.routes, self.timeout)
+        check_continuity(new, relayed, self.cfg.source_pool.on_mismatch, self.timeout)
+        for key, (offset, _) in relayed.items():
+            self.next[key] = max(self.next[key], offset + 1)
+        resume = ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(self.next.items()))
+        log.warning(
+            "failover from=%s to=%s reason=%s resume: %s",
+            self.pool.active.name,
+            new.name,
+            decision.reason,
+            resume,
+        )
+        self.pool.switch(decision)
 
     def _fail(self, failures: list[TaskResult]) -> None:
         for r in failures:
@@ -296,59 +311,8 @@ class Relay:
 
     # ---- retries ------------------------------------------------------------------------
 
-    def _policy(self, side: str) -> RetryPolicy:
-        if side == "source":
-            pool = self.cfg.source_pool
-            return RetryPolicy(pool.max_retries, pool.backoff_min, pool.backoff_max)
-        target = self.cfg.target
-        return RetryPolicy(target.max_retries, target.backoff_min, target.backoff_max)
-
-    def _sleep(self, seconds: float) -> None:
-        self.stop_event.wait(seconds)  # a signal ends a backoff at once
-
     def _epoch_policy(self, exc: BaseException | None) -> RetryPolicy:
-        return self._policy(getattr(exc, "side", "target"))
-
-    def _retrying(
-        self,
-        policy_for: Callable[[BaseException | None], RetryPolicy],
-        retriable: Callable[[BaseException], bool],
-    ) -> Retrying:
-        """A tenacity loop whose bounds come from the config side that failed.
-
-        The wait uses the stop event, so a signal interrupts a backoff at once.
-        """
-
-        def exhausted(state: RetryCallState) -> bool:
-            exc = state.outcome.exception() if state.outcome else None
-            policy = policy_for(exc)
-            if self.stop_event.is_set():
-                return True
-            return policy.max_retries >= 0 and state.attempt_number > policy.max_retries
-
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            return policy_for(exc).wait(state.attempt_number)
-
-        def before_sleep(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            side = getattr(exc, "side", "startup")
-            self.metrics.retries.labels(side).inc()
-            log.warning(
-                "attempt %d failed, retrying in %.1fs: %s",
-                state.attempt_number,
-                wait(state),
-                exc,
-            )
-
-        return Retrying(
-            retry=retry_if_exception(retriable),
-            stop=exhausted,
-            wait=wait,
-            sleep=self._sleep,
-            before_sleep=before_sleep,
-            reraise=True,
-        )
+        return policy_for(self.cfg, getattr(exc, "side", "target"))
 
 
 def _is_retriable_epoch(exc: BaseException) -> bool:

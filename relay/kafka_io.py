@@ -163,6 +163,33 @@ def committed_offsets(
         }
 
 
+def health_end_offsets(cluster: ClusterConfig, tps: list[TP], timeout: float) -> dict[TP, int]:
+    """A node's real end offsets, or an exception if it cannot answer within `timeout`.
+
+    Topic existence is checked from the all-topics metadata first: assigning a missing topic
+    would make kafka-python auto-create it on the node.
+    """
+    with probe_consumer(cluster, timeout) as consumer:
+        existing = consumer.topics()
+        missing = sorted({topic for topic, _ in tps} - set(existing))
+        if missing:
+            raise LookupError(f"topic {', '.join(missing)} missing on {describe(cluster)}")
+        parts = [TopicPartition(*tp) for tp in tps]
+        begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
+        ends = real_end_offsets(consumer, parts, begin, timeout)
+    return {(tp.topic, tp.partition): end for tp, end in ends.items()}
+
+
+def records_at(cluster: ClusterConfig, wanted: dict[TP, int], timeout: float) -> dict[TP, Any]:
+    """The record at each (partition, offset), or None where that offset holds no record."""
+    found: dict[TP, Any] = {}
+    with probe_consumer(cluster, timeout) as consumer:
+        for key, offset in wanted.items():
+            records = read_range(consumer, TopicPartition(*key), offset, offset + 1, timeout)
+            found[key] = records[0] if records else None
+    return found
+
+
 def read_tails(
     cluster: ClusterConfig,
     tps: list[TP],

@@ -60,6 +60,27 @@ class Metrics:
         self.retries = Counter(
             "ktm_retries", "Retries after a retriable error", ("side",), registry=r
         )
+        self.node_up = Gauge(
+            "ktm_source_node_up",
+            "1 if the source node answered its last health check",
+            ("node",),
+            registry=r,
+        )
+        self.node_end_offset = Gauge(
+            "ktm_source_node_end_offset",
+            "End offset per partition seen by the health check",
+            ("node", "topic", "partition"),
+            registry=r,
+        )
+        self.active_node = Gauge(
+            "ktm_active_node", "1 for the source node being relayed from", ("node",), registry=r
+        )
+        self.failovers = Counter(
+            "ktm_failovers",
+            "Switches of the active source node",
+            ("from_node", "to_node", "reason"),
+            registry=r,
+        )
         self.epoch_duration = Histogram(
             "ktm_epoch_duration_seconds",
             "Wall time of one epoch (one Spark job)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from relay.config import ClusterConfig, TargetConfig, TopicRoute
 from relay.errors import KafkaSetupError
@@ -86,11 +87,12 @@ def plan_routes(
     return planned
 
 
-def last_relayed(
-    records: Iterable[object], wanted: set[SourcePartition]
-) -> dict[SourcePartition, int]:
-    """The highest source offset found in provenance headers, per wanted source partition."""
-    found: dict[SourcePartition, int] = {}
+def last_relayed_records(
+    records: Iterable[Any], wanted: set[SourcePartition]
+) -> dict[SourcePartition, tuple[int, Any]]:
+    """Per wanted source partition: the highest source offset in provenance headers, and the
+    destination record that carries it."""
+    found: dict[SourcePartition, tuple[int, Any]] = {}
     for record in records:
         for name, value in getattr(record, "headers", None) or ():
             if name != PROVENANCE_HEADER:
@@ -100,9 +102,29 @@ def last_relayed(
                 continue
             _, topic, partition, offset = parsed
             key = (topic, partition)
-            if key in wanted and offset >= found.get(key, -1):
-                found[key] = offset
+            if key in wanted and offset >= found.get(key, (-1, None))[0]:
+                found[key] = (offset, record)
     return found
+
+
+def last_relayed(
+    records: Iterable[Any], wanted: set[SourcePartition]
+) -> dict[SourcePartition, int]:
+    """The highest source offset found in provenance headers, per wanted source partition."""
+    return {key: offset for key, (offset, _) in last_relayed_records(records, wanted).items()}
+
+
+def same_record(relayed: Any, source: Any) -> bool:
+    """Continuity fingerprint: a relayed record and a source record are the same record.
+
+    Key, value and CreateTime travel unchanged, so they identify the record across identical
+    nodes without trusting offsets alone.
+    """
+    return (relayed.key, relayed.value, relayed.timestamp) == (
+        source.key,
+        source.value,
+        source.timestamp,
+    )
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,10 @@ def _commit(task: PartitionTask, next_offset: int) -> None:
 
 def _reader(task: PartitionTask) -> PartitionReader:
     key = (task.source, task.group_id)
+    for other in [k for k in _readers if k != key]:
+        # After a failover the old node's client is closed, not left reconnecting forever
+        # (and, on brokers that auto-create topics, re-creating them when the node returns).
+        _close_quietly(_readers.pop(other).close)
     if key not in _readers:
         try:
             _readers[key] = PartitionReader(task.source, task.group_id)

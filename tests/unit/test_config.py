@@ -95,6 +95,7 @@ def test_defaults_of_every_key(tmp_path: Path) -> None:
         backoff_min=1.0,
         backoff_max=10.0,
         randomize_initial=False,
+        on_mismatch="stop",
     )
     assert config.target == TargetConfig(
         cluster=ClusterConfig(name="target", servers=("127.0.0.1:19093",)),
@@ -138,6 +139,7 @@ max_retries = 7
 backoff_min = "2s"
 backoff_max = "1m"
 randomize_initial = true
+on_mismatch = "continue"
 
 [[sources]]
 name = "east"
@@ -219,6 +221,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         backoff_min=2.0,
         backoff_max=60.0,
         randomize_initial=True,
+        on_mismatch="continue",
     )
     assert config.sources == (
         ClusterConfig(

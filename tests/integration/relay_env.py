@@ -1,0 +1,107 @@
+"""Helpers shared by the relay's integration tests: config files, provenance, group offsets.
+
+Like tests/kafka_env.py they use kafka-python directly and never the code under test, so a bug in
+the relay cannot hide itself in the checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+PROVENANCE = "ktm.src"  # the header every relayed record carries: "<source>/<topic>/<p>/<offset>"
+FAST_RETRIES = 'max_retries = 1\nbackoff_min = "100ms"\nbackoff_max = "200ms"'
+
+
+def write_config(
+    path: Path,
+    *,
+    source: str,
+    target: str,
+    topics: Mapping[str, str],
+    source_name: str = "src",
+    app: str = 'metrics_addr = ""',
+    epoch: str = "1s",
+) -> Path:
+    """A ktm config relaying ``topics`` from ``source`` to ``target`` with fast, short retries."""
+    routes = "\n".join(f'"{src}" = "{dst}"' for src, dst in topics.items())
+    path.write_text(
+        f'[app]\n{app}\n\n[spark]\nepoch_duration = "{epoch}"\n\n[topics]\n{routes}\n\n'
+        f'[[sources]]\nname = "{source_name}"\nservers = ["{source}"]\n\n'
+        f"[source_pool]\n{FAST_RETRIES}\n\n"
+        f'[target]\nservers = ["{target}"]\n{FAST_RETRIES}\n'
+    )
+    return path
+
+
+def provenance(record: Any) -> tuple[str, str, int, int]:
+    """(source name, topic, partition, offset) from the record's single ktm.src header."""
+    values = [value for name, value in record.headers if name == PROVENANCE]
+    assert len(values) == 1, f"expected one {PROVENANCE} header, got {record.headers!r}"
+    source, topic, partition, offset = values[0].decode().rsplit("/", 3)
+    return source, topic, int(partition), int(offset)
+
+
+def relayed_offsets(records: Iterable[Any]) -> dict[tuple[str, int], list[int]]:
+    """Source offsets named by the destination records, in destination order, per source
+    (topic, partition)."""
+    found: dict[tuple[str, int], list[int]] = {}
+    for record in records:
+        _, topic, partition, offset = provenance(record)
+        found.setdefault((topic, partition), []).append(offset)
+    return found
+
+
+def without_provenance(headers: Iterable[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    return [(name, value) for name, value in headers if name != PROVENANCE]
+
+
+def committed_offsets(
+    bootstrap: str, group_id: str, topic: str, partitions: int
+) -> dict[int, int | None]:
+    """The group's committed offset per partition (None: never committed). Never joins the group."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False)
+    try:
+        return {p: consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+    finally:
+        consumer.close(autocommit=False)
+
+
+def listed_end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """ListOffsets(latest): exact on Apache Kafka, under-reported by Tansu (TANSU.md)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: end for tp, end in consumer.end_offsets(tps).items()}
+    finally:
+        consumer.close(autocommit=False)
+
+
+def copy_view(record: Any) -> tuple[Any, ...]:
+    """What the relay must keep of a record: source offset, key, value, headers, timestamp."""
+    if any(name == PROVENANCE for name, _ in record.headers):
+        offset = provenance(record)[3]
+    else:
+        offset = record.offset
+    headers = without_provenance(record.headers)
+    return (offset, record.key, record.value, headers, record.timestamp, record.timestamp_type)
+
+
+def assert_exact_copy(
+    source: Mapping[int, list[Any]], destination: Iterable[Any], topic: str
+) -> None:
+    """Every record of source ``topic`` once, in order, unchanged, among ``destination``."""
+    copied: dict[int, list[tuple[Any, ...]]] = {p: [] for p in source}
+    for record in destination:
+        _, src_topic, partition, _ = provenance(record)
+        if src_topic == topic:
+            copied.setdefault(partition, []).append(copy_view(record))
+    for partition, records in source.items():
+        expected = [copy_view(r) for r in records]
+        got = copied[partition]
+        assert len(got) == len(expected), f"{topic}[{partition}]: {len(got)} != {len(expected)}"
+        assert got == expected, f"{topic}[{partition}] differs from the source"
+    assert set(copied) == set(source), f"records of unknown partitions: {set(copied) - set(source)}"
