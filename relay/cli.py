@@ -155,7 +155,13 @@ def _run_relay(cfg: Any, failover: bool, stop_at_end: bool, master: str | None, 
     install_signal_handlers(stop)
     metrics = Metrics()
     relay = Relay(
-        cfg, stop_at_end=stop_at_end, stop_event=stop, metrics=metrics, filters=specs, master=master
+        cfg,
+        stop_at_end=stop_at_end,
+        stop_event=stop,
+        metrics=metrics,
+        filters=specs,
+        master=master,
+        failover=failover,
     )
     server = None
     if cfg.app.metrics_addr is not None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -62,7 +64,8 @@ class Engine:
         self._owned = existing is None
         self._session = existing or _start_session(spark_cfg, master, log_dir, self.log_path)
         self._context = self._session.sparkContext
-        self._context.addPyFile(str(_package_zip(log_dir)))
+        if self._owned:  # the owner of a shared session ships the code once, for everyone
+            self._context.addPyFile(str(_package_zip(log_dir)))
 
     def run_epoch(self, tasks: Sequence[PartitionTask]) -> list[TaskResult]:
         from relay.task import run_task
@@ -109,10 +112,15 @@ def _start_session(spark_cfg: SparkConfig, master: str, log_dir: Path, log_path:
     conf.update(dict(spark_cfg.conf))
     for key, value in conf.items():
         builder = builder.config(key, value)
+    # PySpark replaces the SIGINT handler with its own (cancel every job, raise
+    # KeyboardInterrupt mid-epoch); the program's handler (ktm's clean stop) must stay.
+    sigint = signal.getsignal(signal.SIGINT)
     # The JVM inherits these descriptors: its start-up chatter and every later line land in
     # the log file instead of the operator's terminal.
     with _redirect_std_fds(log_path):
         session = builder.getOrCreate()
+    if sigint is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, sigint)
     session.sparkContext.setLogLevel("WARN")
     return session
 

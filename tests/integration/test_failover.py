@@ -1,0 +1,318 @@
+"""Failover mode on real brokers: identical source nodes, kill -9, lag, empty comebacks.
+
+"Identical nodes" are separate Tansu brokers fed the same records in the same order per
+partition, as TANSU.md suggests, so their offsets match. The relay runs in-process on the shared
+SparkSession (in a thread, stopped with its stop event) or, where the exit code matters, as the
+real `ktm` command.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.config import load_config
+from relay.driver import Relay, RunSummary
+from relay.metrics import Metrics
+from tests.integration.relay_env import assert_exact_copy, provenance
+from tests.kafka_env import (
+    NO_KILL_REASON,
+    Record,
+    brokers_are_external,
+    create_topic,
+    produce,
+    read_all,
+    unique_topic,
+)
+
+pytestmark = [
+    pytest.mark.timeout(150),
+    pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON),
+]
+
+PARTITIONS = 2
+KTM = [sys.executable, "-c", "from relay.cli import main; main()"]
+
+
+def failover_config(
+    path: Path,
+    nodes: Sequence[Any],
+    target: str,
+    topic: str,
+    dest: str,
+    *,
+    threshold: int = 100,
+    max_retries: int = 30,
+    on_mismatch: str = "stop",
+) -> Path:
+    sources = "".join(
+        f'[[sources]]\nname = "{n.name}"\nservers = ["{n.bootstrap}"]\n\n' for n in nodes
+    )
+    path.write_text(
+        f'[app]\nmetrics_addr = ""\n\n[spark]\nepoch_duration = "1s"\n\n'
+        f'[topics]\n"{topic}" = "{dest}"\n\n{sources}'
+        f'[source_pool]\nhealthcheck_interval = "500ms"\nrequest_timeout = "500ms"\n'
+        f"offset_lag_threshold = {threshold}\nmax_retries = {max_retries}\n"
+        f'backoff_min = "200ms"\nbackoff_max = "500ms"\non_mismatch = "{on_mismatch}"\n\n'
+        f'[target]\nservers = ["{target}"]\nmax_retries = 2\nbackoff_min = "100ms"\n'
+        f'backoff_max = "200ms"\n'
+    )
+    return path
+
+
+def records(start: int, count: int, tag: str = "same") -> list[Record]:
+    """Deterministic records, so two nodes fed the same range hold the same data."""
+    return [
+        Record(
+            key=b"k%d" % i,
+            value=(b"%s-%08d-" % (tag.encode(), i)).ljust(100, b"x"),
+            headers=[("seq", str(i).encode())],
+            partition=i % PARTITIONS,
+            timestamp_ms=1_700_000_000_000 + i,
+        )
+        for i in range(start, start + count)
+    ]
+
+
+def feed(nodes: Sequence[Any], topic: str, batch: list[Record]) -> None:
+    for node in nodes:
+        produce(node.bootstrap, topic, batch)
+
+
+def count(bootstrap: str, topic: str) -> int:
+    return sum(len(rs) for rs in read_all(bootstrap, topic, timeout=20).values())
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+class Background:
+    """A failover relay on its own thread, stopped through its stop event like a signal would."""
+
+    def __init__(self, config: Path, stop_at_end: bool = False):
+        self.metrics = Metrics()
+        self.stop = threading.Event()
+        self.relay = Relay(
+            load_config(config),
+            stop_at_end=stop_at_end,
+            stop_event=self.stop,
+            metrics=self.metrics,
+            failover=True,
+        )
+        self.summary: RunSummary | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.relay.prepare()
+            self.summary = self.relay.run()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            self.error = exc
+        finally:
+            self.relay.close()
+
+    def finish(self, timeout: float = 30) -> None:
+        self.stop.set()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "relay did not stop within its timeout"
+
+    def failovers(self, reason: str | None = None) -> float:
+        total = 0.0
+        for metric in self.metrics.registry.collect():
+            if metric.name != "ktm_failovers":
+                continue
+            for sample in metric.samples:
+                if sample.name.endswith("_total") and reason in (None, sample.labels["reason"]):
+                    total += sample.value
+        return total
+
+    def active(self, node: str) -> float | None:
+        return self.metrics.registry.get_sample_value("ktm_active_node", {"node": node})
+
+
+@pytest.fixture
+def cluster(broker_factory, tmp_path):
+    """Two identical source nodes and a destination, each topic with PARTITIONS partitions."""
+    node1, node2, target = broker_factory("node1"), broker_factory("node2"), broker_factory("dst")
+    topic, dest = unique_topic("fo"), unique_topic("fo-copy")
+    for node in (node1, node2):
+        create_topic(node.bootstrap, topic, PARTITIONS)
+    create_topic(target.bootstrap, dest, PARTITIONS)
+    return node1, node2, target, topic, dest
+
+
+def test_kill_9_of_the_active_node_mid_stream_loses_and_repeats_nothing(cluster, tmp_path):
+    node1, node2, target, topic, dest = cluster
+    feed([node1, node2], topic, records(0, 2000))
+    relay = Background(
+        failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
+    )
+    try:
+        wait_for(lambda: count(target.bootstrap, dest) >= 2000, 60, "the first records")
+        sent = 2000
+        for chunk in range(8):  # the stream goes on; node1 dies in the middle of it
+            alive = [node2] if chunk >= 3 else [node1, node2]
+            feed(alive, topic, records(sent, 300))
+            sent += 300
+            if chunk == 2:
+                node1.kill()
+                killed_at = time.monotonic()
+            time.sleep(0.2)
+        first_from_node2 = _wait_first_from(target.bootstrap, dest, "node2", 60)
+        wait_for(lambda: count(target.bootstrap, dest) >= sent, 60, "every record")
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
+    assert_exact_copy(read_all(node2.bootstrap, topic), _all(target.bootstrap, dest), topic)
+    assert relay.failovers("down") == 1 and relay.active("node2") == 1
+    print(
+        f"\nfailover time (kill -9 -> first record from node2): {first_from_node2 - killed_at:.2f}s"
+    )
+
+
+def test_lagging_active_node_is_left_for_the_most_advanced_one(cluster, tmp_path):
+    node1, node2, target, topic, dest = cluster
+    feed([node1, node2], topic, records(0, 1000))
+    config = failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
+    relay = Background(config)
+    try:
+        wait_for(lambda: count(target.bootstrap, dest) >= 1000, 60, "the first records")
+        feed([node2], topic, records(1000, 600))  # node1 stops receiving: 300 behind per partition
+        wait_for(lambda: count(target.bootstrap, dest) >= 1600, 60, "the records only node2 has")
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
+    assert_exact_copy(read_all(node2.bootstrap, topic), _all(target.bootstrap, dest), topic)
+    assert relay.failovers("lag") == 1 and relay.active("node2") == 1
+
+
+def test_a_dead_node_that_comes_back_empty_is_never_used(cluster, tmp_path):
+    node1, node2, target, topic, dest = cluster
+    feed([node1, node2], topic, records(0, 1000))
+    relay = Background(
+        failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
+    )
+    try:
+        wait_for(lambda: count(target.bootstrap, dest) >= 1000, 60, "the first records")
+        node1.kill()
+        wait_for(lambda: relay.active("node2") == 1, 30, "the switch to node2")
+        node1.restart()  # a memory broker: it comes back with nothing
+        create_topic(node1.bootstrap, topic, PARTITIONS)
+        feed([node1], topic, records(0, 50, tag="reborn"))  # up, but far behind
+        feed([node2], topic, records(1000, 400))
+        wait_for(lambda: count(target.bootstrap, dest) >= 1400, 60, "the new records")
+        time.sleep(2)  # several health checks with node1 up and behind
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
+    assert_exact_copy(read_all(node2.bootstrap, topic), _all(target.bootstrap, dest), topic)
+    assert relay.failovers() == 1 and relay.active("node2") == 1
+
+
+def test_continuity_mismatch_stops_without_skipping(cluster, tmp_path):
+    node1, node2, target, topic, dest = cluster
+    feed([node1, node2], topic, records(0, 100))
+    feed([node1], topic, records(100, 100, tag="node1"))
+    feed([node2], topic, records(100, 100, tag="node2"))  # same offsets, different records
+    relay = Background(
+        failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
+    )
+    try:
+        wait_for(lambda: count(target.bootstrap, dest) >= 200, 60, "node1's records")
+        node1.kill()
+        relay.thread.join(60)
+    finally:
+        relay.finish()
+    assert relay.error is not None and "continuity check failed" in str(relay.error)
+    assert "node2" in str(relay.error)
+    copied = _all(target.bootstrap, dest)
+    assert all(provenance(r)[0] == "node1" for r in copied)
+    assert len(copied) == 200 and _per_partition_exact(copied, 100)
+
+
+def test_stop_at_end_in_failover_mode_survives_the_active_node_dying(cluster, tmp_path):
+    node1, node2, target, topic, dest = cluster
+    feed([node1, node2], topic, records(0, 30_000))
+    config = failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
+    proc = subprocess.Popen(
+        [*KTM, "relay", "--config", str(config), "--mode", "failover", "--stop-at-end"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: count(target.bootstrap, dest) >= 1000, 90, "the relay to start")
+        node1.kill()
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, stderr.decode()
+    assert_exact_copy(read_all(node2.bootstrap, topic), _all(target.bootstrap, dest), topic)
+
+
+def test_all_nodes_down_exits_1_naming_the_nodes(cluster, tmp_path):
+    node1, node2, target, topic, dest = cluster
+    feed([node1, node2], topic, records(0, 500))
+    config = failover_config(
+        tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest, max_retries=2
+    )
+    proc = subprocess.Popen(
+        [*KTM, "relay", "--config", str(config), "--mode", "failover"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: count(target.bootstrap, dest) >= 500, 90, "the relay to start")
+        node1.kill()
+        node2.kill()
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        _kill_group(proc)
+    text = stderr.decode()
+    errors = [line for line in text.splitlines() if line.startswith("ktm: error:")]
+    assert proc.returncode == 1, text
+    assert len(errors) == 1 and "node1" in errors[0] and "node2" in errors[0], text
+    assert "Traceback" not in text
+
+
+def _per_partition_exact(copied: list[Any], per_partition: int) -> bool:
+    seen: dict[int, list[int]] = {}
+    for record in copied:
+        seen.setdefault(provenance(record)[2], []).append(provenance(record)[3])
+    return all(offsets == list(range(per_partition)) for offsets in seen.values())
+
+
+def _all(bootstrap: str, topic: str) -> list[Any]:
+    return [r for rs in read_all(bootstrap, topic, timeout=20).values() for r in rs]
+
+
+def _wait_first_from(bootstrap: str, topic: str, node: str, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(provenance(r)[0] == node for r in _all(bootstrap, topic)):
+            return time.monotonic()
+        time.sleep(0.1)
+    raise AssertionError(f"no record from {node} within {timeout}s")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

@@ -1,0 +1,53 @@
+"""Node choice in failover mode: per partition, dead nodes demoted at once, no skipping."""
+
+from __future__ import annotations
+
+from relay.failover import Decision, NodeView, best_ends, can_serve, choose, max_lag
+
+P0, P1 = ("t", 0), ("t", 1)
+
+
+def up(name: str, p0: int, p1: int) -> NodeView:
+    return NodeView(name, True, {P0: p0, P1: p1})
+
+
+def down(name: str) -> NodeView:
+    return NodeView(name, False, error="KafkaTimeoutError")
+
+
+def test_initial_choice_is_the_first_node_within_the_threshold() -> None:
+    views = [up("a", 100, 100), up("b", 100, 100)]
+    assert choose(views, None, {}, threshold=10) == Decision("a", "initial")
+    views = [up("a", 10, 100), up("b", 100, 100)]
+    assert choose(views, None, {}, threshold=10) == Decision("b", "initial")
+
+
+def test_down_active_moves_round_robin_to_the_next_fresh_node() -> None:
+    views = [up("a", 100, 100), down("b"), up("c", 100, 100)]
+    assert choose(views, "b", {P0: 50}, threshold=10) == Decision("c", "down")
+    views = [up("a", 100, 100), up("b", 100, 100), down("c")]
+    assert choose(views, "c", {}, threshold=10) == Decision("a", "down")
+
+
+def test_lag_is_compared_per_partition_not_summed() -> None:
+    # Sums are equal (200 each) but "a" is 100 behind on partition 1.
+    views = [up("a", 150, 50), up("b", 50, 150)]
+    best = best_ends(views)
+    assert max_lag(views[0], best) == 100
+    assert choose(views, "a", {}, threshold=10) is None  # "b" is just as far behind elsewhere
+    views = [up("a", 100, 50), up("b", 100, 150)]
+    assert choose(views, "a", {}, threshold=10) == Decision("b", "lag")
+    assert choose(views, "a", {}, threshold=200) is None
+
+
+def test_a_node_behind_what_was_relayed_cannot_serve() -> None:
+    restarted = up("a", 0, 0)  # a memory broker that came back empty
+    assert not can_serve(restarted, {P0: 10})
+    views = [restarted, up("b", 100, 100)]
+    assert choose(views, "b", {P0: 10, P1: 10}, threshold=10) is None  # stay on b
+    views = [restarted, down("b")]
+    assert choose(views, "b", {P0: 10, P1: 10}, threshold=10) is None  # wait, never replay
+
+
+def test_down_nodes_are_never_chosen() -> None:
+    assert choose([down("a"), down("b")], "a", {}, threshold=10) is None
