@@ -12,17 +12,34 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from relay import __version__
 from relay.errors import ConfigError, KtmError
 
+if TYPE_CHECKING:
+    from relay.config import Config
+    from relay.driver import Relay
+
 log = logging.getLogger("relay")
 
 MODES = ("single", "failover")
+
+
+@dataclass(frozen=True)
+class Options:
+    config_path: str
+    mode: str
+    filter_paths: Sequence[str]
+    log_format: str
+    debug: bool
+    stop_at_end: bool = False
+    master: str | None = None
+    progress: bool = True
 
 
 def _run_guarded(debug: bool, fn: Callable[[], int]) -> int:
@@ -31,12 +48,12 @@ def _run_guarded(debug: bool, fn: Callable[[], int]) -> int:
         return fn()
     except KtmError as exc:
         if debug:
-            logging.getLogger("relay").exception("failed")
+            log.exception("failed")
         click.echo(f"ktm: error: {exc}", err=True)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the operator gets one line, --debug the rest
         if debug:
-            logging.getLogger("relay").exception("unexpected failure")
+            log.exception("unexpected failure")
         click.echo(f"ktm: internal error: {type(exc).__name__}: {exc}", err=True)
         if not debug:
             click.echo("ktm: run again with --debug for the traceback", err=True)
@@ -55,6 +72,47 @@ def install_signal_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handle)
 
 
+def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options `relay` and `check` share."""
+    options = [
+        click.option(
+            "--config",
+            "config_path",
+            default="config.toml",
+            show_default=True,
+            type=click.Path(dir_okay=False),
+            help="TOML config file.",
+        ),
+        click.option(
+            "--mode",
+            type=click.Choice(MODES),
+            default="single",
+            show_default=True,
+            help="single: the first [[sources]] cluster; failover: all, switching on failure/lag.",
+        ),
+        click.option(
+            "--filter",
+            "filter_paths",
+            multiple=True,
+            type=click.Path(dir_okay=False),
+            help="Filter plugin file (repeatable); see filters/README.md.",
+        ),
+        click.option(
+            "--log-format",
+            type=click.Choice(["text", "json"]),
+            default="text",
+            show_default=True,
+            help="json: one JSON object per log line, for log shippers.",
+        ),
+        click.option(
+            "--debug", is_flag=True, help="Debug logs, tracebacks, config dump, Spark log path."
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="ktm")
 def main() -> None:
@@ -62,82 +120,47 @@ def main() -> None:
 
 
 @main.command("relay")
-@click.option(
-    "--config",
-    "config_path",
-    default="config.toml",
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="TOML config file.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="single",
-    show_default=True,
-    help="single: the first [[sources]] cluster; failover: all, switching on failure or lag.",
-)
+@_common
 @click.option(
     "--stop-at-end", is_flag=True, help="Relay up to the end offsets seen at start-up, then exit 0."
 )
-@click.option(
-    "--filter",
-    "filter_paths",
-    multiple=True,
-    type=click.Path(dir_okay=False),
-    help="Filter plugin file (repeatable); see filters/README.md.",
-)
 @click.option("--master", default=None, help="Spark master URL; overrides [spark].master.")
-@click.option(
-    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
-@click.option("--debug", is_flag=True, help="Debug logs, tracebacks, config dump, Spark log path.")
-def relay_command(
-    config_path: str,
-    mode: str,
-    stop_at_end: bool,
-    filter_paths: Sequence[str],
-    master: str | None,
-    log_format: str,
-    debug: bool,
-) -> None:
+@click.option("--no-progress", is_flag=True, help="Plain progress log lines even on a terminal.")
+def relay_command(no_progress: bool, **flags: Any) -> None:
     """Copy the configured topics from the source to the target."""
-    code = _run_guarded(
-        debug,
-        lambda: _relay(config_path, mode, stop_at_end, filter_paths, master, log_format, debug),
-    )
-    sys.exit(code)
+    opts = Options(progress=not no_progress, **flags)
+    sys.exit(_run_guarded(opts.debug, lambda: _relay(opts)))
 
 
-def _relay(
-    config_path: str,
-    mode: str,
-    stop_at_end: bool,
-    filter_paths: Sequence[str],
-    master: str | None,
-    log_format: str,
-    debug: bool,
-) -> int:
+@main.command("check")
+@_common
+def check_command(**flags: Any) -> None:
+    """Validate the config, connect to the clusters, check topics, print the plan; relay nothing."""
+    opts = Options(**flags)
+    sys.exit(_run_guarded(opts.debug, lambda: _check(opts)))
+
+
+def _load(opts: Options, console: Any = None) -> Config:
     from relay.config import load_config
     from relay.logs import setup_logging
 
-    setup_logging("info", debug=debug, fmt=log_format)
-    cfg = load_config(config_path, cli_filters=filter_paths)
-    setup_logging(cfg.app.log_level, debug=debug, fmt=log_format)
-    if debug:
+    setup_logging("info", debug=opts.debug, fmt=opts.log_format, console=console)
+    cfg = load_config(opts.config_path, cli_filters=opts.filter_paths)
+    setup_logging(cfg.app.log_level, debug=opts.debug, fmt=opts.log_format, console=console)
+    if opts.debug:
         log.debug("config: %s", cfg.redacted())
-    if mode == "failover" and len(cfg.sources) < 2:
+    if opts.mode == "failover" and len(cfg.sources) < 2:
         raise ConfigError(
-            f"--mode failover: needs at least two [[sources]] nodes, {config_path} has "
+            f"--mode failover: needs at least two [[sources]] nodes, {opts.config_path} has "
             f"{len(cfg.sources)}"
         )
-    return _run_relay(cfg, mode == "failover", stop_at_end, master, debug)
+    return cfg
 
 
-def _run_relay(cfg: Any, failover: bool, stop_at_end: bool, master: str | None, debug: bool) -> int:
+def _build(cfg: Config, opts: Options, stop: threading.Event) -> Relay:
     from relay.driver import Relay
     from relay.filters import FilterSpec, validate_filters
-    from relay.metrics import Metrics, MetricsServer
+    from relay.metrics import Metrics
 
     specs = tuple(
         FilterSpec.from_file(
@@ -151,35 +174,46 @@ def _run_relay(cfg: Any, failover: bool, stop_at_end: bool, master: str | None, 
         for f in cfg.filters
     )
     validate_filters(specs)
+    return Relay(
+        cfg,
+        stop_at_end=opts.stop_at_end,
+        stop_event=stop,
+        metrics=Metrics(),
+        filters=specs,
+        master=opts.master,
+        failover=opts.mode == "failover",
+    )
+
+
+def _relay(opts: Options) -> int:
+    from rich.console import Console
+
+    from relay.metrics import MetricsServer
+    from relay.progress import Progress
+
+    live = opts.progress and opts.log_format == "text" and sys.stdout.isatty()
+    console = Console() if live else None
+    cfg = _load(opts, console)
     stop = threading.Event()
     install_signal_handlers(stop)
-    metrics = Metrics()
-    relay = Relay(
-        cfg,
-        stop_at_end=stop_at_end,
-        stop_event=stop,
-        metrics=metrics,
-        filters=specs,
-        master=master,
-        failover=failover,
-    )
+    relay = _build(cfg, opts, stop)
     server = None
     if cfg.app.metrics_addr is not None:
-        server = MetricsServer(metrics, cfg.app.metrics_addr, lambda: (True, {}))
+        server = MetricsServer(relay.metrics, cfg.app.metrics_addr, relay.status.health)
     try:
         relay.prepare()
-        summary = relay.run()
+        with Progress(relay.status.snapshot, console):
+            summary = relay.run()
     finally:
         relay.close()
         if server is not None:
             server.close()
-    if debug and relay.log_path:
+    if opts.debug and relay.log_path:
         log.debug("spark log: %s", relay.log_path)
-    how = "stopped by signal" if summary.stopped_by_signal else "done"
     log.info(
         "%s: %d records relayed, %d filtered, in %.1fs (spark start %.1fs, %d epochs, "
         "epoch overhead %.1fs)",
-        how,
+        "stopped by signal" if summary.stopped_by_signal else "done",
         summary.relayed,
         summary.filtered,
         summary.elapsed,
@@ -187,6 +221,25 @@ def _run_relay(cfg: Any, failover: bool, stop_at_end: bool, master: str | None, 
         summary.epochs,
         summary.epoch_overhead,
     )
+    return 0
+
+
+def _check(opts: Options) -> int:
+    cfg = _load(opts)
+    relay = _build(cfg, opts, threading.Event())
+    try:
+        relay.prepare()
+    finally:
+        relay.close()
+    snap = relay.status.snapshot()
+    click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node}")
+    for row in snap.rows:
+        r = row.route
+        click.echo(
+            f"  {r.topic}[{r.partition}] -> {r.target_topic}[{r.target_partition}]: "
+            f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
+        )
+    click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
     return 0
 
 

@@ -332,6 +332,8 @@ class AppConfig:
         default=("127.0.0.1", 7081), metadata=_reads(_metrics_addr)
     )
     group_id: str = field(default="ktm", metadata=_reads(_text))  # source consumer group
+    # /healthz answers 503 when nothing was relayed for this long while there is lag.
+    stuck_after: float = field(default=120.0, metadata=_reads(_duration, positive=True))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from relay.filters import FilterSpec
 from relay.metrics import Metrics
 from relay.plan import PartitionRoute, PartitionTask, SourcePartition, TaskResult, plan_routes
 from relay.resume import (
-    SourceOffsets,
     check_continuity,
     relayed_offsets,
     relayed_records,
@@ -31,6 +30,7 @@ from relay.resume import (
     source_offsets,
 )
 from relay.retry import RetriableEpochError, RetryPolicy, policy_for, retrying
+from relay.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class Relay:
         self.master_override = master
         self.timeout = cfg.source_pool.request_timeout * 5 + 5
         self.routes: list[PartitionRoute] = []
-        self.next: dict[SourcePartition, int] = {}
+        self.status = Status(metrics, cfg.app.stuck_after)
         self.stop_offsets: dict[SourcePartition, int] = {}
         self.summary = RunSummary()
         self.engine: Engine | None = None
@@ -105,10 +105,15 @@ class Relay:
                 source, self.routes, cfg.app.group_id, offsets, relayed, self.timeout
             ),
         )
-        self.next = {key: point.offset for key, point in points.items()}
         if self.stop_at_end:
             self.stop_offsets = self.pool.boot_ends() or dict(offsets.end)
-        self._record_lag(offsets)
+        self.status.active_node = source.name
+        self.status.start(
+            self.routes,
+            {key: point.offset for key, point in points.items()},
+            offsets.end,
+            self.stop_offsets if self.stop_at_end else None,
+        )
 
     def _startup(self, side: str, fn: Callable[[], T]) -> T:
         policy = policy_for(self.cfg, side).bounded()
@@ -152,7 +157,11 @@ class Relay:
         finally:
             self.summary.elapsed = time.monotonic() - started
             self.summary.stopped_by_signal = self.stop_event.is_set()
-            self.summary.next_offsets = dict(self.next)
+            self.summary.next_offsets = self.status.next_offsets()
+            snap = self.status.snapshot()
+            self.summary.relayed, self.summary.filtered = snap.relayed, snap.filtered
+            self.summary.epochs = self.status.epochs
+            self.summary.epoch_overhead = self.status.epoch_overhead
             self.close()
         return self.summary
 
@@ -176,7 +185,8 @@ class Relay:
     def _pending(self) -> list[PartitionRoute]:
         if not self.stop_at_end:
             return list(self.routes)
-        return [r for r in self.routes if self.next[r.key] < self.stop_offsets[r.key]]
+        done = self.status.next_offsets()
+        return [r for r in self.routes if done[r.key] < self.stop_offsets[r.key]]
 
     def _epoch(self, todo: list[PartitionRoute], attempt: int = 1) -> None:
         if self.stop_event.is_set():
@@ -184,12 +194,16 @@ class Relay:
         if attempt > 1:
             self._resync(todo)
         try:
-            decision = self.pool.next_switch(self.next, urgent=self._source_trouble)
+            decision = self.pool.next_switch(
+                self.status.next_offsets(), urgent=self._source_trouble
+            )
         except ConnectionError as exc:
             raise RetriableEpochError(str(exc), "source") from exc
         if decision is not None:
             self._switch(decision)
-        tasks = [self._task(route) for route in todo]
+        self.status.observe_nodes(self.pool.views(), self.pool.active.name)
+        nexts = self.status.next_offsets()
+        tasks = [self._task(route, nexts[route.key]) for route in todo]
         assert self.engine is not None
         began = time.monotonic()
         try:
@@ -197,18 +211,19 @@ class Relay:
         except RelayError as exc:
             raise RetriableEpochError(str(exc), "target") from exc
         wall = time.monotonic() - began
-        self._record(results, wall)
+        self.status.record_epoch(results, wall)
+        self._log_epoch(results, wall)
         failures = [r for r in results if r.error_kind]
         self._source_trouble = any(r.error_kind == "source" for r in failures)
         if failures:
             self._fail(failures)
 
-    def _task(self, route: PartitionRoute) -> PartitionTask:
+    def _task(self, route: PartitionRoute, start: int) -> PartitionTask:
         return PartitionTask(
             source=self.pool.active,
             target=self.cfg.target,
             route=route,
-            start=self.next[route.key],
+            start=start,
             stop=self.stop_offsets.get(route.key) if self.stop_at_end else None,
             deadline=self.cfg.spark.epoch_duration,
             group_id=self.cfg.app.group_id,
@@ -218,15 +233,16 @@ class Relay:
     def _resync(self, todo: list[PartitionRoute]) -> None:
         """After a failed epoch, records may have landed without their ack reaching us."""
         relayed = relayed_offsets(self.cfg.target.cluster, todo, self.timeout)
+        nexts = self.status.next_offsets()
         for route in todo:
-            if route.key in relayed and relayed[route.key] + 1 > self.next[route.key]:
+            if route.key in relayed and relayed[route.key] + 1 > nexts[route.key]:
                 log.info(
                     "resync topic=%s partition=%s offset=%s (delivered without ack)",
                     route.topic,
                     route.partition,
                     relayed[route.key] + 1,
                 )
-                self.next[route.key] = relayed[route.key] + 1
+                self.status.set_next(route.key, relayed[route.key] + 1)
 
     def _switch(self, decision: Decision) -> None:
         """Move to another node: resume from the destination's provenance, after checking
@@ -234,9 +250,12 @@ class Relay:
         new = self.pool.node(decision.node)
         relayed = relayed_records(self.cfg.target.cluster, self.routes, self.timeout)
         check_continuity(new, relayed, self.cfg.source_pool.on_mismatch, self.timeout)
+        nexts = self.status.next_offsets()
         for key, (offset, _) in relayed.items():
-            self.next[key] = max(self.next[key], offset + 1)
-        resume = ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(self.next.items()))
+            if offset + 1 > nexts[key]:
+                self.status.set_next(key, offset + 1)
+        nexts = self.status.next_offsets()
+        resume = ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(nexts.items()))
         log.warning(
             "failover from=%s to=%s reason=%s resume: %s",
             self.pool.active.name,
@@ -267,47 +286,15 @@ class Relay:
 
     # ---- bookkeeping --------------------------------------------------------------------
 
-    def _record(self, results: list[TaskResult], wall: float) -> None:
-        m = self.metrics
-        by_key = {r.key: r for r in self.routes}
-        for r in results:
-            route = by_key[r.key]
-            labels = (
-                route.topic,
-                str(route.partition),
-                route.target_topic,
-                str(route.target_partition),
-            )
-            m.consumed.labels(*labels).inc(r.consumed)
-            m.produced.labels(*labels).inc(r.produced)
-            m.bytes_produced.labels(route.target_topic).inc(r.produced_bytes)
-            for filter_id, count in r.filtered.items():
-                m.filtered.labels(filter_id, route.topic).inc(count)
-                self.summary.filtered += count
-            self.next[r.key] = max(self.next[r.key], r.next_offset)
-            m.next_offset.labels(route.topic, str(route.partition)).set(self.next[r.key])
-            if r.highwater is not None:
-                lag = max(0, r.highwater - self.next[r.key])
-                m.lag.labels(route.topic, str(route.partition)).set(lag)
-            self.summary.relayed += r.produced
-        busiest = max((r.elapsed for r in results), default=0.0)
-        m.epoch_duration.observe(wall)
-        m.epoch_overhead.inc(max(0.0, wall - busiest))
-        self.summary.epoch_overhead += max(0.0, wall - busiest)
-        self.summary.epochs += 1
+    def _log_epoch(self, results: list[TaskResult], wall: float) -> None:
         log.info(
             "epoch %d: %d records in %.2fs (%d partitions, total %d)",
-            self.summary.epochs,
+            self.status.epochs,
             sum(r.produced for r in results),
             wall,
             len(results),
-            self.summary.relayed,
+            self.status.snapshot().relayed,
         )
-
-    def _record_lag(self, offsets: SourceOffsets) -> None:
-        for key, end in offsets.end.items():
-            self.metrics.lag.labels(key[0], str(key[1])).set(max(0, end - self.next[key]))
-            self.metrics.next_offset.labels(key[0], str(key[1])).set(self.next[key])
 
     # ---- retries ------------------------------------------------------------------------
 

@@ -184,7 +184,9 @@ class SourcePool:
         self.pool = pool
         self.metrics = metrics
         self.active = self.nodes[0]
-        self.monitor = NodeMonitor(self.nodes, pool, metrics) if failover else None
+        # Single mode checks its one node too, to observe (node-up gauge, source end offsets
+        # for lag, /healthz); only failover mode acts on the checks.
+        self.monitor = NodeMonitor(self.nodes, pool, metrics)
 
     def describe_all(self) -> str:
         return "; ".join(kafka_io.describe(node) for node in self.nodes)
@@ -203,9 +205,11 @@ class SourcePool:
 
     def start(self, keys: Sequence[SourcePartition], relayed: dict[SourcePartition, int]) -> None:
         """Pick the first active node (failover: one that holds everything relayed so far)."""
-        if self.monitor is None:
-            return
         self.monitor.keys = list(keys)
+        if not self.failover:
+            self._activate(self.active.name)
+            self.monitor.start()
+            return
         views = self.monitor.check_now()
         decision = choose(views, None, relayed, self.pool.offset_lag_threshold)
         if decision is None:
@@ -216,7 +220,7 @@ class SourcePool:
 
     def boot_ends(self) -> dict[SourcePartition, int] | None:
         """--stop-at-end targets in failover mode: the most advanced healthy node's ends."""
-        if self.monitor is None:
+        if not self.failover:
             return None
         views = [v for v in self.monitor.views() if v.up]
         best = best_ends(views)
@@ -224,7 +228,7 @@ class SourcePool:
 
     def next_switch(self, relayed: dict[SourcePartition, int], urgent: bool) -> Decision | None:
         """Whether to move to another node before the next epoch; raises if none can serve."""
-        if self.monitor is None:
+        if not self.failover:
             return None
         views = self.monitor.check_now() if urgent else self.monitor.views()
         decision = choose(views, self.active.name, relayed, self.pool.offset_lag_threshold)
@@ -246,9 +250,11 @@ class SourcePool:
         for node in self.nodes:
             self.metrics.active_node.labels(node.name).set(1 if node.name == name else 0)
 
+    def views(self) -> list[NodeView]:
+        return self.monitor.views()
+
     def close(self) -> None:
-        if self.monitor is not None:
-            self.monitor.close()
+        self.monitor.close()
 
 
 def _why(views: Sequence[NodeView], relayed: dict[SourcePartition, int]) -> str:

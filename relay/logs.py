@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from typing import Any
 
 _NOISY = ("kafka", "py4j", "pyspark")
 
@@ -22,14 +23,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def setup_logging(level: str, *, debug: bool = False, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+def setup_logging(
+    level: str, *, debug: bool = False, fmt: str = "text", console: Any = None
+) -> None:
+    """Log to stderr; with a rich `console` (live progress on), through it, so log lines and
+    the live table do not overwrite each other."""
+    handler: logging.Handler
+    if console is not None:
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=console, show_path=False, log_time_format="%H:%M:%S")
     else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
-        )
+        handler = logging.StreamHandler(sys.stderr)
+        text = logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+        handler.setFormatter(JsonFormatter() if fmt == "json" else text)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else getattr(logging, level.upper()))

@@ -41,6 +41,12 @@ class Metrics:
             ("filter", "source_topic"),
             registry=r,
         )
+        self.filter_errors = Counter(
+            "ktm_filter_errors",
+            'Records a filter raised on, dropped because of on_error = "skip"',
+            ("filter", "source_topic"),
+            registry=r,
+        )
         self.bytes_produced = Counter(
             "ktm_bytes_produced", "Key and value bytes produced", ("target_topic",), registry=r
         )
@@ -56,9 +62,20 @@ class Metrics:
             ("source_topic", "source_partition"),
             registry=r,
         )
+        self.latency = Histogram(
+            "ktm_replication_latency_seconds",
+            "Destination ack time minus the record's source timestamp (sampled per fetch)",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=r,
+        )
         self.errors = Counter("ktm_errors", "Errors by kind", ("kind",), registry=r)
         self.retries = Counter(
             "ktm_retries", "Retries after a retriable error", ("side",), registry=r
+        )
+        self.produce_retries = Counter(
+            "ktm_produce_retries",
+            "Epochs re-run after the destination failed (unacknowledged records produced again)",
+            registry=r,
         )
         self.node_up = Gauge(
             "ktm_source_node_up",

@@ -196,3 +196,4 @@ class TaskResult:
     retriable: bool = False
     elapsed: float = 0.0
     worker_pid: int = 0
+    latencies: tuple[float, ...] = ()  # sampled source-timestamp -> destination-ack seconds

@@ -76,7 +76,10 @@ def retrying(
 
     def before_sleep(state: RetryCallState) -> None:
         exc = outcome(state)
-        metrics.retries.labels(getattr(exc, "side", "startup")).inc()
+        side = getattr(exc, "side", "startup")
+        metrics.retries.labels(side).inc()
+        if side == "target":
+            metrics.produce_retries.inc()
         policy = policy_of(exc)
         limit = "forever" if policy.max_retries < 0 else f"of {policy.max_retries + 1}"
         log.warning(

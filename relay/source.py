@@ -55,7 +55,7 @@ class PartitionReader:
     def commit(self, offset: int) -> None:
         assert self._tp is not None
         # Bounded: a dead source node must not hold the task (and the epoch) hostage.
-        self._consumer.commit({self._tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=3000)
+        self._consumer.commit({self._tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=1500)
 
     def close(self) -> None:
         if not self._closed:

@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 _readers: dict[tuple[Any, str], PartitionReader] = {}
 _producers: dict[Any, Producer] = {}
 
+SKIPPED_ERROR = ":error"  # suffix of a filter id in TaskResult.filtered: dropped on an error
 EMPTY_POLL_WAIT = 0.2  # seconds a poll may wait; bounds how late a deadline is noticed
+MAX_LATENCY_SAMPLES = 500  # per task and epoch: enough for a histogram, small to pickle
 
 
 class SourceFailure(Exception):
@@ -46,6 +48,9 @@ class _State:
     produced_bytes: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
     reached_stop: bool = False
+    # Seconds from source timestamp to destination ack, sampled once per poll batch (appended
+    # from the producer's I/O thread; list.append is atomic).
+    latencies: list[float] = field(default_factory=list)
 
 
 def run_task(task: PartitionTask) -> TaskResult:
@@ -121,10 +126,17 @@ def _pump(
             state.produced_bytes += len(record.value or b"") + len(record.key or b"")
             state.processed_to = offset + 1
         else:
+            if state.pending and records:
+                _sample_latency(state, state.pending[-1][1], records[-1].timestamp)
             # The whole batch was handled: the position may be past gaps (compaction, markers).
             state.processed_to = max(
                 state.processed_to, position if stop is None else min(position, stop)
             )
+
+
+def _sample_latency(state: _State, future: Any, timestamp_ms: int) -> None:
+    if len(state.latencies) < MAX_LATENCY_SAMPLES:
+        future.add_callback(lambda _: state.latencies.append(time.time() - timestamp_ms / 1000))
 
 
 def _rejected(
@@ -148,7 +160,7 @@ def _rejected(
                 f"{exc.error} (topic={record.topic} partition={record.partition} "
                 f"offset={record.offset})",
             ) from exc
-        rejected_by = f"{exc.filter_id}:error"
+        rejected_by = f"{exc.filter_id}{SKIPPED_ERROR}"
     if rejected_by is None:
         return False
     state.filtered[rejected_by] = state.filtered.get(rejected_by, 0) + 1
@@ -259,4 +271,5 @@ def _result(
         retriable=error is not None and error[0] in ("source", "target") and is_retriable(error[1]),
         elapsed=elapsed,
         worker_pid=os.getpid(),
+        latencies=tuple(state.latencies),
     )

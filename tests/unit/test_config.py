@@ -70,7 +70,7 @@ def test_defaults_of_every_key(tmp_path: Path) -> None:
 
     assert config.path == str(tmp_path / "config.toml")
     assert config.app == AppConfig(
-        log_level="info", metrics_addr=("127.0.0.1", 7081), group_id="ktm"
+        log_level="info", metrics_addr=("127.0.0.1", 7081), group_id="ktm", stuck_after=120.0
     )
     assert config.spark == SparkConfig(master=None, app_name="ktm", epoch_duration=5.0, conf=())
     assert config.topics == (TopicRoute(source="demo", target="demo-copy", partition=None),)
@@ -116,6 +116,7 @@ FULL = """
 log_level = "DEBUG"
 metrics_addr = ":9100"
 group_id = "mirror"
+stuck_after = "30s"
 
 [spark]
 master = "local[3]"
@@ -197,7 +198,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     config = load(tmp_path, FULL)
 
     assert config.app == AppConfig(
-        log_level="debug", metrics_addr=("0.0.0.0", 9100), group_id="mirror"
+        log_level="debug", metrics_addr=("0.0.0.0", 9100), group_id="mirror", stuck_after=30.0
     )
     assert config.spark == SparkConfig(
         master="local[3]",
