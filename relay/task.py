@@ -43,7 +43,8 @@ class _State:
     """Mutable bookkeeping of one task run."""
 
     processed_to: int  # every offset below this was produced or filtered
-    pending: list[tuple[int, Any]] = field(default_factory=list)  # (offset, produce future)
+    # (first source offset, record count, future of the producer batch holding them)
+    pending: list[tuple[int, int, Any]] = field(default_factory=list)
     consumed: int = 0
     produced_bytes: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
@@ -74,7 +75,7 @@ def run_task(task: PartitionTask) -> TaskResult:
     next_offset, ack_error = _settle(task, state)
     if ack_error is not None and error is None:
         error = ("target", ack_error)
-    if error is None and next_offset > task.start:
+    if next_offset > task.start:  # acknowledged progress is committed even when failing
         _commit(task, next_offset)
     if error is not None:
         _evict(task, error[0])
@@ -88,7 +89,6 @@ def _pump(
     filters = cached_filters(task.filters) if task.filters else []
     skip_errors = {spec.id for spec in task.filters if spec.on_error == "skip"}
     prefix = provenance_prefix(task.source.name, route.topic, route.partition)
-    send = producer.send
     while True:
         if stop is not None and state.processed_to >= stop:
             state.reached_stop = True
@@ -101,37 +101,61 @@ def _pump(
             position = reader.position()
         except Exception as exc:
             raise SourceFailure(str(exc)) from exc
-        for record in records:
-            offset = record.offset
-            if stop is not None and offset >= stop:
-                break
-            state.consumed += 1
-            if filters and _rejected(task, filters, skip_errors, record, state):
-                state.processed_to = offset + 1
-                continue
-            headers = list(record.headers or ())
-            headers.append((PROVENANCE_HEADER, prefix + str(offset).encode()))
-            try:
-                future = send(
-                    route.target_topic,
-                    value=record.value,
-                    key=record.key,
-                    headers=headers,
-                    partition=route.target_partition,
-                    timestamp_ms=record.timestamp,
-                )
-            except Exception as exc:
-                raise TargetFailure(str(exc)) from exc
-            state.pending.append((offset, future))
-            state.produced_bytes += len(record.value or b"") + len(record.key or b"")
-            state.processed_to = offset + 1
-        else:
-            if state.pending and records:
-                _sample_latency(state, state.pending[-1][1], records[-1].timestamp)
-            # The whole batch was handled: the position may be past gaps (compaction, markers).
-            state.processed_to = max(
-                state.processed_to, position if stop is None else min(position, stop)
-            )
+        if stop is not None:
+            records = [r for r in records if r.offset < stop] if records else records
+            position = min(position, stop)
+        state.consumed += len(records)
+        if filters:
+            records = _allowed(task, filters, skip_errors, records, producer, state)
+        _produce(producer, route, prefix, records, state)
+        # The whole fetch was handled: the position may be past gaps (compaction, markers) and
+        # past filtered records.
+        state.processed_to = max(state.processed_to, position)
+
+
+def _allowed(
+    task: PartitionTask,
+    filters: list[Any],
+    skip_errors: set[str],
+    records: list[Any],
+    producer: Producer,
+    state: _State,
+) -> list[Any]:
+    """The records every filter allows. If a filter fails (on_error = "stop"), the records
+    before the failing one are still produced, so the stop loses no time and skips nothing."""
+    allowed = []
+    for record in records:
+        try:
+            if not _rejected(task, filters, skip_errors, record, state):
+                allowed.append(record)
+        except FilterRuntimeError:
+            prefix = provenance_prefix(task.source.name, task.route.topic, task.route.partition)
+            _produce(producer, task.route, prefix, allowed, state)
+            state.processed_to = record.offset
+            raise
+    return allowed
+
+
+def _produce(
+    producer: Producer, route: Any, prefix: bytes, records: list[Any], state: _State
+) -> None:
+    if not records:
+        return
+    items = []
+    for r in records:
+        headers = list(r.headers) if r.headers else []
+        headers.append((PROVENANCE_HEADER, prefix + str(r.offset).encode()))
+        items.append((r.timestamp, r.key, r.value, headers))
+        state.produced_bytes += len(r.value or b"") + len(r.key or b"")
+    try:
+        segments = producer.send_batch(route.target_topic, route.target_partition, items)
+    except Exception as exc:
+        raise TargetFailure(str(exc)) from exc
+    index = 0
+    for count, future in segments:
+        state.pending.append((records[index].offset, count, future))
+        index += count
+    _sample_latency(state, segments[-1][1], records[-1].timestamp)
 
 
 def _sample_latency(state: _State, future: Any, timestamp_ms: int) -> None:
@@ -175,7 +199,7 @@ def _settle(task: PartitionTask, state: _State) -> tuple[int, BaseException | No
             producer.flush(timeout=task.target.request_timeout * 2 + task.target.linger)
         except Exception:  # noqa: BLE001 - the futures below say which records failed
             pass
-    for offset, future in state.pending:
+    for offset, _, future in state.pending:
         if not future.is_done:
             return offset, TimeoutError(f"no acknowledgement for source offset {offset}")
         if future.failed():
@@ -255,7 +279,7 @@ def _result(
         highwater = reader.highwater() if reader is not None else None
     except Exception:  # noqa: BLE001
         highwater = None
-    produced = sum(1 for offset, _ in state.pending if offset < next_offset)
+    produced = sum(count for offset, count, _ in state.pending if offset < next_offset)
     return TaskResult(
         key=task.route.key,
         start=task.start,
