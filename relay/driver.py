@@ -117,25 +117,27 @@ class Relay:
 
     def _startup(self, side: str, fn: Callable[[], T]) -> T:
         policy = policy_for(self.cfg, side).bounded()
-        where = (
-            self.pool.describe_all()
-            if side == "source"
-            else kafka_io.describe(self.cfg.target.cluster)
-        )
+        if side == "source":
+            where = "source " + self.pool.describe_all()
+        else:
+            where = kafka_io.describe(self.cfg.target.cluster)
         try:
             for attempt in retrying(
                 lambda _: policy, kafka_io.is_retriable, self.stop_event, self.metrics
             ):
                 with attempt:
                     return fn()
+        except kafka_io.TLSHandshakeError as exc:
+            raise KafkaSetupError(f"{where}: {exc}") from exc
         except KafkaSetupError:
             raise
         except Exception as exc:
             if kafka_io.is_retriable(exc):
+                tries = policy.max_retries + 1
                 raise KafkaSetupError(
-                    f"{side} {where}: unreachable after {policy.max_retries + 1} attempts: {exc}"
+                    f"{where}: unreachable after {tries} attempt{'s' if tries > 1 else ''}: {exc}"
                 ) from exc
-            raise KafkaSetupError(f"{side} {where}: {exc}") from exc
+            raise KafkaSetupError(f"{where}: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover - reraise=True
 
     # ---- running ------------------------------------------------------------------------

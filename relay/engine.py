@@ -68,14 +68,12 @@ class Engine:
             self._context.addPyFile(str(_package_zip(log_dir)))
 
     def run_epoch(self, tasks: Sequence[PartitionTask]) -> list[TaskResult]:
-        from relay.task import run_task
-
         if not tasks:
             return []
         self._context.setJobGroup("ktm-epoch", f"ktm epoch: {len(tasks)} partitions", True)
         try:
             rdd = self._context.parallelize(list(tasks), len(tasks))
-            return list(rdd.map(run_task).collect())
+            return list(rdd.map(_run_attempt).collect())
         except Exception as exc:  # Py4J wraps a lost worker or executor as a job failure
             raise RelayError(f"Spark job failed: {_first_line(exc)}") from exc
 
@@ -91,6 +89,16 @@ class Engine:
                     session.stop()
         except Exception as exc:  # noqa: BLE001 - shutting down anyway
             log.debug("spark stop: %s", exc)
+
+
+def _run_attempt(task: PartitionTask) -> TaskResult:
+    """Executor entry point: tells the task whether Spark is retrying it (a lost executor)."""
+    from pyspark import TaskContext
+
+    from relay.task import run_task
+
+    context = TaskContext.get()
+    return run_task(task, attempt=context.attemptNumber() if context else 0)
 
 
 def _start_session(spark_cfg: SparkConfig, master: str, log_dir: Path, log_path: Path) -> Any:

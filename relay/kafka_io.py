@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from relay.config import ClusterConfig
+from relay.errors import KafkaSetupError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ def admin_client(cluster: ClusterConfig, timeout: float = 10.0) -> Iterator[Kafk
     try:
         admin = KafkaAdminClient(**client_settings(cluster, timeout))
     except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
-        raise ConnectionError(f"cannot reach {describe(cluster)}: no broker answered") from exc
+        raise _unreachable(cluster, timeout) from exc
     try:
         yield admin
     finally:
@@ -80,11 +83,42 @@ def probe_consumer(cluster: ClusterConfig, timeout: float = 10.0, group_id: str 
             fetch_max_wait_ms=100,
         )
     except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
-        raise ConnectionError(f"cannot reach {describe(cluster)}: no broker answered") from exc
+        raise _unreachable(cluster, timeout) from exc
     try:
         yield consumer
     finally:
         consumer.close(autocommit=False)
+
+
+class TLSHandshakeError(KafkaSetupError):
+    """The broker answered but TLS failed (certificate, CA, protocol): retrying cannot help."""
+
+
+def _unreachable(cluster: ClusterConfig, timeout: float) -> Exception:
+    """Why bootstrap failed. kafka-python only times out (it logs the cause); a TLS failure is
+    not worth retrying and its reason is what the operator needs, so look for it."""
+    if cluster.tls:
+        problem = tls_problem(cluster, timeout)
+        if problem is not None:
+            return TLSHandshakeError(problem)
+    return ConnectionError(f"no broker answered within {timeout:g}s")
+
+
+def tls_problem(cluster: ClusterConfig, timeout: float) -> str | None:
+    """One TLS handshake with the first server, as kafka-python would make it."""
+    host, _, port = cluster.servers[0].rpartition(":")
+    context = ssl.create_default_context(cafile=cluster.ca_cert_path)
+    if cluster.client_cert_path:
+        context.load_cert_chain(cluster.client_cert_path, cluster.client_key_path)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as raw:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                tls.do_handshake()
+    except ssl.SSLError as exc:
+        return f"TLS handshake with {host}:{port} failed: {exc.reason or exc}"
+    except OSError:
+        return None  # not a TLS problem: the caller reports the connection failure
+    return None
 
 
 def partition_counts(

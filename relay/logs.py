@@ -40,6 +40,8 @@ def setup_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else getattr(logging, level.upper()))
-    # kafka-python logs every reconnect attempt at ERROR; ktm reports the outcome itself.
+    # kafka-python logs every reconnect attempt at ERROR; ktm reports the outcome itself. Never
+    # DEBUG for it, not even with --debug: its clients log their whole config there, passwords
+    # included (tests/unit/test_security.py guards this).
     for name in _NOISY:
         logging.getLogger(name).setLevel(logging.INFO if debug else logging.CRITICAL)

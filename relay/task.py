@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from relay.filters import FilterRecord, FilterRuntimeError, apply_filters, cached_filters
 from relay.kafka_io import is_retriable
 from relay.plan import PROVENANCE_HEADER, PartitionTask, TaskResult, provenance_prefix
+from relay.resume import relayed_offsets
 from relay.source import PartitionReader
 from relay.target import Producer
 
@@ -54,11 +55,15 @@ class _State:
     latencies: list[float] = field(default_factory=list)
 
 
-def run_task(task: PartitionTask) -> TaskResult:
+def run_task(task: PartitionTask, attempt: int = 0) -> TaskResult:
     """Relay one partition for one epoch; always returns a result, never raises."""
     started = time.monotonic()
-    state = _State(processed_to=task.start)
     error: tuple[str, BaseException] | None = None
+    try:
+        task = _resumed(task) if attempt > 0 else task
+    except Exception as exc:  # noqa: BLE001 - reported; the driver re-reads and retries
+        return _result(task, _State(task.start), task.start, ("target", exc), 0.0)
+    state = _State(processed_to=task.start)
     try:
         reader = _reader(task)
         producer = _producer(task)
@@ -80,6 +85,22 @@ def run_task(task: PartitionTask) -> TaskResult:
     if error is not None:
         _evict(task, error[0])
     return _result(task, state, next_offset, error, time.monotonic() - started)
+
+
+def _resumed(task: PartitionTask) -> PartitionTask:
+    """Spark re-runs a task whose executor was lost, with the same spec; the lost attempt may
+    have delivered records after the spec's start. Resume after what the destination holds."""
+    relayed = relayed_offsets(task.target.cluster, [task.route], task.target.request_timeout * 3)
+    last = relayed.get(task.route.key)
+    if last is None or last + 1 <= task.start:
+        return task
+    log.warning(
+        "retried task resumes topic=%s partition=%s offset=%s",
+        task.route.topic,
+        task.route.partition,
+        last + 1,
+    )
+    return replace(task, start=last + 1)
 
 
 def _pump(
