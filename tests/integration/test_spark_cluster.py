@@ -1,0 +1,145 @@
+"""The same relay on a standalone Spark cluster: a master and two workers, separate processes
+from the driver, started from the pyspark pip package by scripts/spark_cluster.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.relay_env import assert_exact_copy, write_config
+from tests.kafka_env import (
+    NO_KILL_REASON,
+    Record,
+    brokers_are_external,
+    create_topic,
+    produce,
+    read_all,
+    unique_topic,
+)
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.cluster]
+
+ROOT = Path(__file__).resolve().parents[2]
+KTM = [sys.executable, "-c", "from relay.cli import main; main()"]
+
+
+def _cluster_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "spark_cluster", ROOT / "scripts" / "spark_cluster.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory):
+    try:
+        cluster = _cluster_module().start_cluster(
+            tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=2, memory="1g"
+        )
+    except RuntimeError as exc:
+        pytest.skip(f"a standalone Spark cluster cannot start on this machine: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+def _records(count: int, partitions: int) -> list[Record]:
+    return [
+        Record(
+            key=b"k%d" % i,
+            value=(b"v%08d" % i).ljust(100, b"."),
+            headers=[("n", b"%d" % i)],
+            partition=i % partitions,
+            timestamp_ms=1_700_000_000_000 + i,
+        )
+        for i in range(count)
+    ]
+
+
+def _relay(config: Path, master: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.Popen(
+        [*KTM, "relay", "--config", str(config), "--master", master, "--stop-at-end"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _setup(source_broker, target_broker, tmp_path, count: int, epoch: str = "2s"):
+    topic = create_topic(source_broker.bootstrap, unique_topic("cl"), 4)
+    dest = create_topic(target_broker.bootstrap, unique_topic("cl-copy"), 4)
+    produce(source_broker.bootstrap, topic, _records(count, 4))
+    config = write_config(
+        tmp_path / "config.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={topic: dest},
+        epoch="2s",
+    )
+    return topic, dest, config
+
+
+def _executors_launched(cluster) -> int:
+    logs = [Path(cluster.log_dir) / f"worker-{i}.log" for i in range(len(cluster.worker_pids))]
+    return sum(log.read_text(errors="replace").count("Asked to launch executor") for log in logs)
+
+
+def test_stop_at_end_on_a_standalone_cluster_delivers_everything_once(
+    standalone, source_broker, target_broker, tmp_path
+):
+    topic, dest, config = _setup(source_broker, target_broker, tmp_path, 20_000)
+    launched = _executors_launched(standalone)
+    proc = _relay(config, standalone.master_url)
+    try:
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert proc.returncode == 0, stderr.decode()[-3000:]
+    assert _executors_launched(standalone) > launched  # the tasks ran on the workers' executors
+    copy = [r for rs in read_all(target_broker.bootstrap, dest).values() for r in rs]
+    assert_exact_copy(read_all(source_broker.bootstrap, topic), copy, topic)
+
+
+@pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON)
+def test_losing_a_worker_mid_run_still_gives_exactly_once(
+    standalone, source_broker, target_broker, tmp_path
+):
+    # A long epoch: the kill lands inside running tasks, so Spark must retry them.
+    topic, dest, config = _setup(source_broker, target_broker, tmp_path, 120_000, epoch="20s")
+    proc = _relay(config, standalone.master_url)
+    try:
+        deadline = time.monotonic() + 180
+        while _count(target_broker.bootstrap, dest) < 5_000:
+            assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
+            assert time.monotonic() < deadline, "the relay never got going"
+            time.sleep(0.5)
+        standalone.kill_worker(0)  # the worker, its executor and their Python workers
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert proc.returncode == 0, stderr.decode()[-3000:]
+    copy = [r for rs in read_all(target_broker.bootstrap, dest, timeout=30).values() for r in rs]
+    assert_exact_copy(read_all(source_broker.bootstrap, topic, timeout=30), copy, topic)
+    # Spark re-ran the lost tasks on the other worker, and they resumed after what the dead
+    # attempts had already delivered (the executor's stderr, in the surviving worker's dir).
+    survivor = Path(standalone.log_dir) / "work-1"
+    logs = "".join(p.read_text(errors="replace") for p in survivor.rglob("stderr"))
+    assert "retried task resumes" in logs
+
+
+def _count(bootstrap: str, topic: str) -> int:
+    return sum(len(rs) for rs in read_all(bootstrap, topic, timeout=20).values())
