@@ -159,20 +159,10 @@ def _load(opts: Options, console: Any = None) -> Config:
 
 def _build(cfg: Config, opts: Options, stop: threading.Event) -> Relay:
     from relay.driver import Relay
-    from relay.filters import FilterSpec, validate_filters
+    from relay.filters import specs_from_config, validate_filters
     from relay.metrics import Metrics
 
-    specs = tuple(
-        FilterSpec.from_file(
-            f.id,
-            f.path,
-            f.config_dict(),
-            on_error=f.on_error,
-            check_id=f.from_section,
-            section=f.id if f.from_section else None,
-        )
-        for f in cfg.filters
-    )
+    specs = specs_from_config(cfg.filters)
     validate_filters(specs)
     return Relay(
         cfg,

@@ -126,6 +126,22 @@ class FilterRecord:
         return f"FilterRecord(topic={self.topic!r} partition={self.partition} offset={self.offset})"
 
 
+def specs_from_config(filters: Iterable[Any]) -> tuple[FilterSpec, ...]:
+    """Specs for the config's filters (relay.config.FilterConfig: a `[filters.<id>]` section,
+    whose id is checked, or a file named only with --filter, whose id is not)."""
+    return tuple(
+        FilterSpec.from_file(
+            f.id,
+            f.path,
+            f.config_dict(),
+            on_error=f.on_error,
+            check_id=f.from_section,
+            section=f.id if f.from_section else None,
+        )
+        for f in filters
+    )
+
+
 def load_filter(spec: FilterSpec) -> Filter:
     """Compile spec.source into a fresh module, call new(config), check the result."""
     global _load_count
