@@ -90,7 +90,9 @@ class Relay:
             "target",
             lambda: kafka_io.partition_counts(target, [r.target for r in cfg.topics], self.timeout),
         )
-        self.routes = plan_routes(cfg.topics, src_counts, dst_counts, self.pool.describe_all())
+        self.routes = plan_routes(
+            cfg.topics, src_counts, dst_counts, self.pool.describe_all(), kafka_io.describe(target)
+        )
         relayed = self._startup(
             "target", lambda: relayed_offsets(target, self.routes, self.timeout)
         )
@@ -146,8 +148,8 @@ class Relay:
         started = time.monotonic()
         try:
             if self._pending():
-                self._start_engine()
-            while not self.stop_event.is_set():
+                self._start_spark()
+            while not self.stop_event.is_set() and self.engine is not None:
                 todo = self._pending()
                 if not todo:
                     log.info("reached the end offsets seen at start-up")
@@ -172,6 +174,15 @@ class Relay:
         if self.engine is not None:
             engine, self.engine = self.engine, None
             engine.stop()
+
+    def _start_spark(self) -> None:
+        try:
+            self._start_engine()
+        except Exception as exc:
+            if not self.stop_event.is_set():
+                raise
+            # The stop signal reached Spark's JVM while it was starting; nothing ran yet.
+            log.warning("stopping: Spark was stopped while starting (%s)", exc)
 
     def _start_engine(self) -> None:
         slots = len(self.routes)
@@ -211,6 +222,13 @@ class Relay:
         try:
             results = self.engine.run_epoch(tasks)
         except RelayError as exc:
+            if self.stop_event.is_set():
+                # A stop signal sent to the whole process group (systemd, Ctrl+C in some
+                # shells) also ends Spark's JVM mid-epoch. Nothing is lost: offsets only
+                # moved for acknowledged records, and the next start resumes from the
+                # destination's provenance headers.
+                log.warning("stopping: the epoch ended with Spark (%s)", exc)
+                return
             raise RetriableEpochError(str(exc), "target") from exc
         wall = time.monotonic() - began
         self.status.record_epoch(results, wall)

@@ -56,13 +56,17 @@ class Engine:
         self.master = master
         self.log_dir = log_dir
         self.log_path = log_dir / "spark.log"
+        from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
-        # An embedding program (or the test suite) may own a session already: use it, and
-        # leave stopping it to its owner.
-        existing = SparkSession.getActiveSession()
-        self._owned = existing is None
-        self._session = existing or _start_session(spark_cfg, master, log_dir, self.log_path)
+        # An embedding program (or the test suite) may own a running context already: use it,
+        # and leave stopping it to its owner. (getActiveSession() would only see a session of
+        # this thread; the context is process-wide.)
+        self._owned = SparkContext._active_spark_context is None
+        if self._owned:
+            self._session = _start_session(spark_cfg, master, log_dir, self.log_path)
+        else:
+            self._session = SparkSession.builder.getOrCreate()
         self._context = self._session.sparkContext
         if self._owned:  # the owner of a shared session ships the code once, for everyone
             self._context.addPyFile(str(_package_zip(log_dir)))
@@ -130,7 +134,18 @@ def _start_session(spark_cfg: SparkConfig, master: str, log_dir: Path, log_path:
     if sigint is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, sigint)
     session.sparkContext.setLogLevel("WARN")
+    _quiet_accumulator_server(session.sparkContext)
     return session
+
+
+def _quiet_accumulator_server(context: Any) -> None:
+    """PySpark's accumulator server prints a traceback to the terminal when the JVM goes away
+    (a stop signal sent to the whole process group): send it to the debug log instead."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda _request, address: log.debug(
+            "spark accumulator connection from %s ended", address, exc_info=True
+        )
 
 
 @contextmanager

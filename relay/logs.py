@@ -23,6 +23,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+def _ours_or_warning(record: logging.LogRecord) -> bool:
+    """ktm's own lines at the configured level; libraries (py4j logs tracebacks at INFO while
+    Spark shuts down) only from WARNING up."""
+    return record.name.startswith("relay") or record.levelno >= logging.WARNING
+
+
 def setup_logging(
     level: str, *, debug: bool = False, fmt: str = "text", console: Any = None
 ) -> None:
@@ -37,6 +43,8 @@ def setup_logging(
         handler = logging.StreamHandler(sys.stderr)
         text = logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
         handler.setFormatter(JsonFormatter() if fmt == "json" else text)
+    if not debug:
+        handler.addFilter(_ours_or_warning)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else getattr(logging, level.upper()))

@@ -54,6 +54,7 @@ def plan_routes(
     source_counts: Mapping[str, int],
     target_counts: Mapping[str, int],
     source_name: str,
+    target_name: str = "the target",
 ) -> list[PartitionRoute]:
     """Expand topic routes into partition routes, refusing anything that would lose records."""
     planned: list[PartitionRoute] = []

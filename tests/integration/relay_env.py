@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.serializer import Serializer
 
 PROVENANCE = "ktm.src"  # the header every relayed record carries: "<source>/<topic>/<p>/<offset>"
 FAST_RETRIES = 'max_retries = 1\nbackoff_min = "100ms"\nbackoff_max = "200ms"'
@@ -63,7 +64,9 @@ def committed_offsets(
     bootstrap: str, group_id: str, topic: str, partitions: int
 ) -> dict[int, int | None]:
     """The group's committed offset per partition (None: never committed). Never joins the group."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False
+    )
     try:
         return {p: consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
     finally:
@@ -105,3 +108,25 @@ def assert_exact_copy(
         assert len(got) == len(expected), f"{topic}[{partition}]: {len(got)} != {len(expected)}"
         assert got == expected, f"{topic}[{partition}] differs from the source"
     assert set(copied) == set(source), f"records of unknown partitions: {set(copied) - set(source)}"
+
+
+class _NullValue(Serializer):
+    """kafka-python refuses send(key=None, value=None) although Kafka allows such a record; the
+    check comes before serialization, so a stand-in value that serializes to None gets one."""
+
+    NULL = object()
+
+    def serialize(self, topic: str, headers: Any, data: Any) -> Any:
+        return None if data is self.NULL else data
+
+
+def produce_null_record(bootstrap: str, topic: str, partition: int, timestamp_ms: int) -> None:
+    """One record with a null key and a null value (legal in Kafka, e.g. from Java clients)."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", value_serializer=_NullValue())
+    try:
+        future = producer.send(
+            topic, value=_NullValue.NULL, partition=partition, timestamp_ms=timestamp_ms
+        )
+        future.get(timeout=30)
+    finally:
+        producer.close(timeout=30)

@@ -1,0 +1,211 @@
+"""The two baseline relays scripts/bench.py compares ktm with: the loop every team writes.
+
+    python scripts/bench_loops.py naive     --src HOST:PORT --dst HOST:PORT --source T --target T2 \
+        --partitions 4 --group G [--idle-exit 5]
+    python scripts/bench_loops.py confluent ...same flags...   (needs: pip install confluent-kafka)
+
+Both do, per batch of consumed records: produce each record (same key, value, headers, partition
+and timestamp), flush (wait for every ack), commit the source offsets. No Spark, one process.
+
+Without --idle-exit a loop stops when every source partition is at its real end (the high
+watermark of a fetch; Tansu's ListOffsets under-reports it). With --idle-exit S it follows the
+topic and stops S seconds after the last record, once it has relayed at least one (or on
+SIGTERM). The last stdout line is a JSON summary: records relayed and the loop's own seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+CONSUME_BATCH = 500  # kafka-python's default max_poll_records; the confluent loop matches it
+
+
+class Progress:
+    """Counts relayed records and decides when a follow-mode (--idle-exit) loop is done."""
+
+    def __init__(self, idle_exit: float | None):
+        self.idle_exit = idle_exit
+        self.records = 0
+        self.started = time.monotonic()
+        self.last_record = self.started
+        self.stopped = False
+        signal.signal(signal.SIGTERM, self._stop)
+
+    def _stop(self, _signum: int, _frame: Any) -> None:
+        self.stopped = True
+
+    def add(self, count: int) -> None:
+        if count:
+            self.records += count
+            self.last_record = time.monotonic()
+
+    def idle(self) -> bool:
+        if self.idle_exit is None or self.records == 0:
+            return False
+        return time.monotonic() - self.last_record > self.idle_exit
+
+    def summary(self) -> str:
+        seconds = time.monotonic() - self.started
+        return json.dumps({"records": self.records, "loop_seconds": round(seconds, 3)})
+
+
+def run_naive(args: argparse.Namespace) -> Progress:
+    """kafka-python: KafkaConsumer (assign, from the beginning) -> KafkaProducer(acks=all)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    tps = [TopicPartition(args.source, p) for p in range(args.partitions)]
+    consumer = KafkaConsumer(
+        bootstrap_servers=args.src,
+        group_id=args.group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    producer = KafkaProducer(bootstrap_servers=args.dst, acks="all", linger_ms=5)
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    progress = Progress(args.idle_exit)
+    try:
+        while not (progress.stopped or progress.idle()):
+            progress.add(_naive_batch(args.target, consumer, producer))
+            if args.idle_exit is None and _naive_at_end(consumer, tps):
+                break
+    finally:
+        producer.close()
+        consumer.close(autocommit=False)
+    return progress
+
+
+def _naive_batch(target: str, consumer: Any, producer: Any) -> int:
+    futures = [
+        producer.send(
+            target,
+            key=r.key,
+            value=r.value,
+            headers=r.headers,
+            partition=r.partition,
+            timestamp_ms=r.timestamp,
+        )
+        for records in consumer.poll(timeout_ms=500).values()
+        for r in records
+    ]
+    if not futures:
+        return 0
+    producer.flush()
+    for future in futures:
+        if future.failed():
+            raise RuntimeError(f"produce failed: {future.exception}")
+    consumer.commit()
+    return len(futures)
+
+
+def _naive_at_end(consumer: Any, tps: list[Any]) -> bool:
+    for tp in tps:
+        highwater = consumer.highwater(tp)  # None until a fetch for tp has returned
+        if highwater is None or consumer.position(tp) < highwater:
+            return False
+    return True
+
+
+def run_confluent(args: argparse.Namespace) -> Progress:
+    """confluent-kafka (librdkafka): Consumer (assign, from the beginning) -> Producer."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    quiet = {"log_level": 3}  # librdkafka logs every disconnect at level 6 otherwise
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.src,
+            "group.id": args.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,  # an event when a fetch reaches the high watermark
+            **quiet,
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": args.dst,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            **quiet,
+        }
+    )
+    consumer.assign(
+        [TopicPartition(args.source, p, OFFSET_BEGINNING) for p in range(args.partitions)]
+    )
+    progress = Progress(args.idle_exit)
+    at_end: set[int] = set()
+    try:
+        while not (progress.stopped or progress.idle()):
+            progress.add(_confluent_batch(args.target, consumer, producer, at_end))
+            if args.idle_exit is None and len(at_end) == args.partitions:
+                break
+    finally:
+        producer.flush(30)
+        consumer.close()
+    return progress
+
+
+def _confluent_batch(target: str, consumer: Any, producer: Any, at_end: set[int]) -> int:
+    from confluent_kafka import KafkaError
+
+    count = 0
+    for msg in consumer.consume(num_messages=CONSUME_BATCH, timeout=0.5):
+        error = msg.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(f"consume failed: {error}")
+            at_end.add(msg.partition())
+            continue
+        at_end.discard(msg.partition())
+        producer.produce(
+            target,
+            value=msg.value(),
+            key=msg.key(),
+            headers=msg.headers(),
+            partition=msg.partition(),
+            timestamp=msg.timestamp()[1],
+        )
+        producer.poll(0)  # serve delivery reports; keeps the local queue short
+        count += 1
+    if count:
+        left = producer.flush(60)
+        if left:
+            raise RuntimeError(f"{left} records not acknowledged within 60 s")
+        consumer.commit(asynchronous=False)
+    return count
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["naive", "confluent"])
+    parser.add_argument("--src", required=True, help="source bootstrap host:port")
+    parser.add_argument("--dst", required=True, help="destination bootstrap host:port")
+    parser.add_argument("--source", required=True, help="source topic")
+    parser.add_argument("--target", required=True, help="destination topic (same partitions)")
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--group", required=True, help="consumer group for the commits")
+    parser.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.kind == "confluent":
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            print("confluent-kafka is not installed: pip install confluent-kafka", file=sys.stderr)
+            return 3
+    progress = run_confluent(args) if args.kind == "confluent" else run_naive(args)
+    print(progress.summary(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

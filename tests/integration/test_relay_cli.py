@@ -1,0 +1,472 @@
+"""The real `ktm relay` command as a subprocess: restarts, failures, signals, metrics, output.
+
+Every process runs in its own session, gets a time limit, and is killed at the end of the test
+whatever happened, together with everything else in its session: its JVM and the Python workers
+(PySpark's worker daemon has a process group of its own, so killing ktm's group is not enough).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.relay_env import (
+    assert_exact_copy,
+    committed_offsets,
+    listed_end_offsets,
+    relayed_offsets,
+    write_config,
+)
+from tests.kafka_env import Record, create_topic, free_port, produce, read_all, unique_topic
+
+pytestmark = pytest.mark.timeout(170)
+
+KTM = str(Path(sys.executable).parent / "ktm")
+# What a successful run may print on stderr: ktm's own log lines and nothing else (no Spark or
+# JVM chatter such as "WARN NativeCodeLoader", "log4j", "Using Spark's default ...").
+LOG_LINE = re.compile(r"\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR|CRITICAL) +[\w.]+: ")
+SPARK_NOISE = ("NativeCodeLoader", "log4j", "Using Spark's default", "WARN ", "SparkContext")
+
+
+@dataclass
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed: float
+
+    def error_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith("ktm: ")]
+
+
+class Ktm:
+    """One `ktm relay` process in a session of its own, output captured in files."""
+
+    def __init__(self, tmp_path: Path, *args: str):
+        self.out_path = tmp_path / f"ktm-{time.monotonic_ns()}.out"
+        self.err_path = self.out_path.with_suffix(".err")
+        env = {**os.environ, "KTM_LOG_DIR": str(tmp_path / "ktm-logs")}
+        with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
+            self.started = time.monotonic()
+            self.proc = subprocess.Popen(
+                [KTM, "relay", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,  # its own group: the JVM and workers can be killed too
+            )
+
+    def wait(self, timeout: float) -> Finished:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"ktm did not exit within {timeout}s; stderr:\n{self.stderr()}")
+        return Finished(
+            code, self.out_path.read_text(), self.stderr(), time.monotonic() - self.started
+        )
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def signal_group(self, signum: int) -> None:
+        """Like Ctrl+C in a terminal: ktm and its JVM (PySpark's worker daemon has its own
+        process group, in ktm's session)."""
+        try:
+            os.killpg(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the session: ktm, its JVM, the Python workers; safe
+        twice. Returns once none of them is left."""
+        deadline = time.monotonic() + 30
+        while members := live_session_members(self.proc.pid):
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.proc.poll()  # reaps ktm itself; the others are reparented and reaped
+            assert time.monotonic() < deadline, f"processes {members} survive SIGKILL"
+            time.sleep(0.05)
+        self.proc.wait(timeout=30)
+
+
+def live_session_members(sid: int) -> list[int]:
+    """Processes of session ``sid`` that are not zombies (Linux /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, _pgrp, session = stat.read_text().rsplit(")", 1)[1].split()[:4]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(session) == sid and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+@contextmanager
+def ktm(tmp_path: Path, *args: str) -> Iterator[Ktm]:
+    process = Ktm(tmp_path, *args)
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def run_ktm(tmp_path: Path, *args: str, timeout: float) -> Finished:
+    with ktm(tmp_path, *args) as process:
+        return process.wait(timeout)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, process: Ktm) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.proc.poll() is not None:
+            pytest.fail(
+                f"ktm exited ({process.proc.returncode}) before {what}:\n{process.stderr()}"
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting until {what}:\n{process.stderr()}")
+        time.sleep(0.2)
+
+
+def assert_only_log_lines(stderr: str) -> None:
+    """No Spark/Java output and no traceback: every line is one of ktm's log lines."""
+    assert "Traceback" not in stderr
+    strays = [line for line in stderr.splitlines() if not LOG_LINE.match(line)]
+    assert strays == [], f"not ktm log lines on stderr: {strays}"
+
+
+def assert_one_error_line(run: Finished, code: int, *mentions: str) -> str:
+    """Exit ``code``, no traceback, exactly one `ktm: error:` line naming ``mentions``; any
+    other line is one of ktm's log lines (a logged retry, for instance)."""
+    assert run.returncode == code, run.stderr
+    assert "Traceback" not in run.stderr
+    errors = run.error_lines()
+    assert len(errors) == 1, run.stderr
+    assert errors[0].startswith("ktm: error: "), run.stderr
+    for mention in mentions:
+        assert mention in errors[0]
+    others = [line for line in run.stderr.splitlines() if line not in errors]
+    assert all(LOG_LINE.match(line) for line in others), run.stderr
+    return errors[0]
+
+
+def topics_on(bootstrap: str) -> set[str]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
+def assert_copied_without_duplicates(
+    source_bootstrap: str, src: str, target_bootstrap: str, dst: str
+) -> dict[int, list[Any]]:
+    """Each destination partition is an exact, in-order prefix of its source partition."""
+    source = read_all(source_bootstrap, src)
+    copied = read_all(target_bootstrap, dst, timeout=30)
+    for p, records in copied.items():
+        assert_exact_copy({p: source[p][: len(records)]}, records, src)
+    return copied
+
+
+# --- restart after SIGKILL ----------------------------------------------------------------------
+
+RESTART_RECORDS = 100_000  # ~100 bytes each, over 4 partitions
+
+
+def restart_record(i: int) -> Record:
+    return Record(key=b"k%06d" % i, value=b"%06d" % i + b"v" * 94, partition=i % 4)
+
+
+@pytest.mark.timeout(420)  # two Spark start-ups and 100k records, on a busy 2-core box
+def test_restart_after_sigkill_relays_every_record_exactly_once(
+    source_broker, target_broker, tmp_path
+):
+    src = create_topic(source_broker.bootstrap, unique_topic("restart-src"), partitions=4)
+    dst = create_topic(target_broker.bootstrap, unique_topic("restart-dst"), partitions=4)
+    routes = {"source": source_broker.bootstrap, "target": target_broker.bootstrap}
+    first_config = write_config(tmp_path / "first.toml", topics={src: dst}, **routes)
+    # Stop-at-end tasks end at the stop offset: a long epoch only saves per-epoch overhead.
+    last_config = write_config(tmp_path / "last.toml", topics={src: dst}, epoch="10s", **routes)
+
+    def arrived() -> int:  # a lower bound: Tansu under-reports the end (TANSU.md)
+        return sum(listed_end_offsets(target_broker.bootstrap, dst, 4).values())
+
+    with ktm(tmp_path, "--config", str(first_config), "--mode", "single") as first:
+        # Produced while Spark starts; the continuous relay picks the records up as they come.
+        produce(source_broker.bootstrap, src, map(restart_record, range(RESTART_RECORDS)))
+        wait_for(lambda: arrived() >= RESTART_RECORDS // 10, 180, "10% arrived", first)
+        first.kill()  # the JVM and the Python workers too: nothing gets to flush or commit
+    before = sum(len(rs) for rs in read_all(target_broker.bootstrap, dst, timeout=30).values())
+    print(f"killed with {before} of {RESTART_RECORDS} records in the destination")
+    assert RESTART_RECORDS // 10 <= before < RESTART_RECORDS, "the kill must come mid-way"
+
+    last = run_ktm(tmp_path, "--config", str(last_config), "--stop-at-end", timeout=200)
+
+    assert last.returncode == 0, last.stderr
+    assert_only_log_lines(last.stderr)  # a successful run shows no Spark/Java output
+    copied = read_all(target_broker.bootstrap, dst, timeout=30)
+    for p, records in copied.items():
+        # Source offset n of partition p holds record 4n + p: exactly once, in order, intact.
+        assert relayed_offsets(records) == {(src, p): list(range(RESTART_RECORDS // 4))}
+        expected = [restart_record(4 * n + p) for n in range(RESTART_RECORDS // 4)]
+        assert [(r.key, r.value) for r in records] == [(e.key, e.value) for e in expected]
+
+
+# --- failures: one line, the right exit code, nothing created ---------------------------------
+
+
+def test_missing_destination_topic_fails_without_creating_it(
+    source_broker, target_broker, tmp_path
+):
+    src = create_topic(source_broker.bootstrap, unique_topic("nodst-src"), partitions=2)
+    produce(source_broker.bootstrap, src, [Record(value=b"x", partition=0)])
+    dst = unique_topic("nodst-missing")
+    config = write_config(
+        tmp_path / "config.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={src: dst},
+    )
+
+    run = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", timeout=60)
+
+    assert_one_error_line(run, 1, dst)
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert dst not in topics_on(target_broker.bootstrap)
+
+
+def test_missing_source_topic_fails_without_creating_it(source_broker, target_broker, tmp_path):
+    src = unique_topic("nosrc-missing")
+    dst = create_topic(target_broker.bootstrap, unique_topic("nosrc-dst"), partitions=2)
+    config = write_config(
+        tmp_path / "config.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={src: dst},
+    )
+
+    run = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", timeout=60)
+
+    assert_one_error_line(run, 1, src, source_broker.bootstrap)
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert src not in topics_on(source_broker.bootstrap)
+    assert src not in topics_on(target_broker.bootstrap)
+
+
+def test_unreachable_bootstrap_fails_within_30s_naming_the_address(
+    source_broker, target_broker, tmp_path
+):
+    """Source and target each on a closed port; both runs at once, to keep the test short."""
+    src = create_topic(source_broker.bootstrap, unique_topic("closed-src"), partitions=1)
+    dst = create_topic(target_broker.bootstrap, unique_topic("closed-dst"), partitions=1)
+    closed = f"127.0.0.1:{free_port()}"
+    configs = {
+        "source": write_config(
+            tmp_path / "source.toml",
+            source=closed,
+            target=target_broker.bootstrap,
+            topics={src: dst},
+        ),
+        "target": write_config(
+            tmp_path / "target.toml",
+            source=source_broker.bootstrap,
+            target=closed,
+            topics={src: dst},
+        ),
+    }
+    with ktm(tmp_path, "--config", str(configs["source"]), "--stop-at-end") as source_down:
+        with ktm(tmp_path, "--config", str(configs["target"]), "--stop-at-end") as target_down:
+            runs = {"source": source_down.wait(45), "target": target_down.wait(45)}
+
+    for side, run in runs.items():
+        line = assert_one_error_line(run, 1, closed)
+        assert side in line
+        assert run.elapsed < 30, f"{side}: exit after {run.elapsed:.1f}s"
+
+
+def test_unknown_config_key_exits_2_naming_the_key(source_broker, target_broker, tmp_path):
+    config = write_config(
+        tmp_path / "config.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={"a": "b"},
+    )
+    config.write_text(config.read_text() + "max_retrys = 3\n")  # in [target], the last table
+
+    run = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", timeout=60)
+
+    assert_one_error_line(run, 2, "[target].max_retrys", "max_retries")
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+
+
+# --- signals and metrics ----------------------------------------------------------------------
+
+
+def scrape(port: int) -> dict[tuple[str, ...], float]:
+    """ktm_messages_produced_total samples by (source_topic, source_partition, target_topic,
+    target_partition); {} while the server is not up."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "ktm_messages_produced_total":
+                labels = sample.labels
+                assert set(labels) == {
+                    "source_topic",
+                    "source_partition",
+                    "target_topic",
+                    "target_partition",
+                }
+                key = tuple(labels[k] for k in sorted(labels))
+                samples[key] = sample.value
+    return samples
+
+
+class BackgroundProducer:
+    """Keeps producing small batches, round-robin over partitions, until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = [
+                Record(value=b"late-%d" % (self.sent + i), partition=(self.sent + i) % 4)
+                for i in range(40)
+            ]
+            self.sent += produce(self.bootstrap, self.topic, batch)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "stop_signal",
+    [
+        pytest.param("SIGTERM", id="sigterm-to-ktm"),  # kill PID, docker stop
+        pytest.param("SIGINT", id="sigint-to-group"),  # Ctrl+C: the whole foreground group
+        pytest.param("SIGTERM-group", id="sigterm-to-group"),  # systemd: every process, JVM too
+    ],
+)
+def test_signal_stops_cleanly_and_metrics_count_what_was_relayed(
+    source_broker, target_broker, tmp_path, stop_signal
+):
+    src = create_topic(source_broker.bootstrap, unique_topic("sig-src"), partitions=4)
+    dst = create_topic(target_broker.bootstrap, unique_topic("sig-dst"), partitions=4)
+    produce(
+        source_broker.bootstrap,
+        src,
+        [Record(value=b"r%d" % i, partition=i % 4) for i in range(2000)],
+    )
+    port = free_port()
+    group = unique_topic("sig-group")
+    config = write_config(
+        tmp_path / "config.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={src: dst},
+        app=f'metrics_addr = "127.0.0.1:{port}"\ngroup_id = "{group}"',
+    )
+
+    with ktm(tmp_path, "--config", str(config)) as relay:
+        wait_for(lambda: sum(scrape(port).values()) > 0, 180, "records were produced", relay)
+        wait_for(lambda: sum(scrape(port).values()) == 2000, 60, "all 2000 relayed", relay)
+        samples = scrape(port)
+        # Labels sorted by name: source_partition, source_topic, target_partition, target_topic.
+        assert samples == {(str(p), src, str(p), dst): 500.0 for p in range(4)}
+        assert sum(len(rs) for rs in read_all(target_broker.bootstrap, dst).values()) == 2000
+
+        more = BackgroundProducer(source_broker.bootstrap, src, 4)
+        try:  # the signal arrives while records are flowing
+            wait_for(lambda: sum(scrape(port).values()) > 2200, 60, "new records relayed", relay)
+            if stop_signal == "SIGTERM":
+                relay.proc.send_signal(signal.SIGTERM)
+            elif stop_signal == "SIGINT":
+                relay.signal_group(signal.SIGINT)
+            else:
+                relay.signal_group(signal.SIGTERM)
+            run = relay.wait(timeout=15)
+        finally:
+            more.stop()
+
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    copied = assert_copied_without_duplicates(
+        source_broker.bootstrap, src, target_broker.bootstrap, dst
+    )
+    held = {p: len(rs) for p, rs in copied.items()}
+    assert sum(held.values()) > 2200
+    committed = committed_offsets(source_broker.bootstrap, group, src, 4)
+    if stop_signal == "SIGTERM-group":
+        # The JVM may die mid-epoch: what it acknowledged but could not commit is in the
+        # destination, and the next start resumes after it (provenance), not at the commit.
+        assert all((committed[p] or 0) <= held[p] for p in held)
+    else:
+        assert committed == held
+    assert all(relayed_offsets(rs) == {(src, p): list(range(held[p]))} for p, rs in copied.items())
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def test_debug_names_the_spark_log_which_holds_what_the_terminal_does_not(
+    source_broker, target_broker, tmp_path
+):
+    src = create_topic(source_broker.bootstrap, unique_topic("debug-src"), partitions=2)
+    dst = create_topic(target_broker.bootstrap, unique_topic("debug-dst"), partitions=2)
+    produce(
+        source_broker.bootstrap,
+        src,
+        [Record(value=b"d%d" % i, partition=i % 2) for i in range(100)],
+    )
+    config = write_config(
+        tmp_path / "config.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={src: dst},
+    )
+
+    run = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", "--debug", timeout=120)
+
+    assert run.returncode == 0, run.stderr
+    paths = re.findall(r"spark log: (\S+)", run.stderr)
+    assert paths, run.stderr
+    spark_log = Path(paths[-1])
+    assert spark_log.is_file()
+    assert spark_log.is_relative_to(tmp_path / "ktm-logs")  # KTM_LOG_DIR is honoured
+    assert spark_log.stat().st_size > 0  # the JVM's chatter went here...
+    for noise in SPARK_NOISE:  # ...and not to the terminal
+        assert noise not in run.stderr
+    assert "Traceback" not in run.stderr
+    copied = read_all(target_broker.bootstrap, dst)
+    assert sum(len(rs) for rs in copied.values()) == 100
