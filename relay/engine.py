@@ -106,7 +106,13 @@ def _run_attempt(task: PartitionTask) -> TaskResult:
 
 
 def _start_session(spark_cfg: SparkConfig, master: str, log_dir: Path, log_path: Path) -> Any:
-    # Tasks must run this interpreter (the one with ktm and its dependencies installed).
+    # PySpark takes the executors' interpreter only from PYSPARK_PYTHON when it is started
+    # from Python (spark.pyspark.python is read by spark-submit alone): honour the config's
+    # choice on a cluster (e.g. "./environment/bin/python" from a packed venv in
+    # spark.archives); otherwise run this interpreter, the one with ktm installed.
+    configured = dict(spark_cfg.conf).get("spark.pyspark.python")
+    if configured and not master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", configured)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):

@@ -464,14 +464,13 @@ class KtmLog:
 
     @property
     def steady_is_thin(self) -> bool:
-        """Only epoch 2 counts and, with --stop-at-end, the last epoch is a partial one that is
-        mostly Spark job overhead: such a steady state understates ktm."""
+        """Only epoch 2 counts and, with --stop-at-end, it is the final, partial epoch."""
         return len(self.epochs) < 3
 
 
 THIN_STEADY = (
-    "* steady state from one short, partial final epoch only (mostly Spark job overhead): not "
-    "representative; use more records or a shorter --epoch-duration"
+    "* steady state from the final, partial epoch alone (one sample; with few records it is "
+    "mostly Spark job overhead): use more records or a shorter --epoch-duration"
 )
 
 
