@@ -24,9 +24,12 @@ class JsonFormatter(logging.Formatter):
 
 
 def _ours_or_warning(record: logging.LogRecord) -> bool:
-    """ktm's own lines at the configured level; libraries (py4j logs tracebacks at INFO while
-    Spark shuts down) only from WARNING up."""
-    return record.name.startswith("relay") or record.levelno >= logging.WARNING
+    """ktm's own lines at the configured level; libraries only from WARNING up. Nothing from
+    the root logger: ktm never logs there, and py4j does, with a traceback at INFO or ERROR,
+    whenever Spark's JVM goes away under a call; ktm reports that failure itself."""
+    if record.name.startswith("relay"):
+        return True
+    return record.name != "root" and record.levelno >= logging.WARNING
 
 
 def setup_logging(
