@@ -1,0 +1,68 @@
+"""`ktm check`: validates, connects, checks topics, prints the plan, relays nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.relay_env import write_config
+from tests.integration.test_relay_cli import Finished, assert_one_error_line
+from tests.kafka_env import Record, create_topic, produce, read_all, unique_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def check(tmp_path, config) -> Finished:
+    import subprocess
+    import sys
+    import time
+
+    began = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from relay.cli import main; main()",
+            "check",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+    )
+    return Finished(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - began)
+
+
+def test_check_prints_the_plan_and_relays_nothing(source_broker, target_broker, tmp_path):
+    src = create_topic(source_broker.bootstrap, unique_topic("chk-src"), partitions=2)
+    dst = create_topic(target_broker.bootstrap, unique_topic("chk-dst"), partitions=2)
+    produce(source_broker.bootstrap, src, [Record(value=b"x", partition=i % 2) for i in range(30)])
+    config = write_config(
+        tmp_path / "c.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={src: dst},
+        source_name="dc1",
+    )
+    run = check(tmp_path, config)
+    assert run.returncode == 0, run.stderr
+    assert "ok; source node: dc1" in run.stdout
+    assert f"{src}[0] -> {dst}[0]: from offset 0, end 15, lag 15" in run.stdout
+    assert f"{src}[1] -> {dst}[1]: from offset 0, end 15, lag 15" in run.stdout
+    assert "2 partitions, 30 records to relay; nothing was relayed" in run.stdout
+    assert all(not records for records in read_all(target_broker.bootstrap, dst).values())
+
+
+def test_check_exit_codes(source_broker, target_broker, tmp_path):
+    src = create_topic(source_broker.bootstrap, unique_topic("chk-src"), partitions=1)
+    missing = write_config(
+        tmp_path / "m.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={src: unique_topic("nope")},
+    )
+    assert_one_error_line(check(tmp_path, missing), 1, "does not exist")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(missing.read_text() + "\n[app2]\n")
+    assert_one_error_line(check(tmp_path, bad), 2, "app2: unknown key")
