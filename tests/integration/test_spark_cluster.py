@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,7 +54,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
     cluster.stop()
 
 
-def _records(count: int, partitions: int) -> list[Record]:
+def _records(count: int, partitions: int, first: int = 0) -> list[Record]:
     return [
         Record(
             key=b"k%d" % i,
@@ -62,14 +63,15 @@ def _records(count: int, partitions: int) -> list[Record]:
             partition=i % partitions,
             timestamp_ms=1_700_000_000_000 + i,
         )
-        for i in range(count)
+        for i in range(first, first + count)
     ]
 
 
-def _relay(config: Path, master: str) -> subprocess.Popen[bytes]:
+def _relay(config: Path, master: str, stop_at_end: bool = True) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    flags = ["--stop-at-end"] if stop_at_end else []
     return subprocess.Popen(
-        [*KTM, "relay", "--config", str(config), "--master", master, "--stop-at-end"],
+        [*KTM, "relay", "--config", str(config), "--master", master, *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -117,17 +119,17 @@ def test_stop_at_end_on_a_standalone_cluster_delivers_everything_once(
 def test_losing_a_worker_mid_run_still_gives_exactly_once(
     standalone, source_broker, target_broker, tmp_path
 ):
-    # A long epoch: the kill lands inside running tasks, so Spark must retry them.
-    topic, dest, config = _setup(source_broker, target_broker, tmp_path, 120_000, epoch="20s")
-    proc = _relay(config, standalone.master_url)
+    # A continuous relay with a long epoch: once the first records are delivered, every task is
+    # certainly inside its epoch, so killing a worker makes Spark re-run its tasks.
+    topic, dest, config = _setup(source_broker, target_broker, tmp_path, 20_000, epoch="20s")
+    proc = _relay(config, standalone.master_url, stop_at_end=False)
     try:
-        deadline = time.monotonic() + 180
-        while _count(target_broker.bootstrap, dest) < 5_000:
-            assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
-            assert time.monotonic() < deadline, "the relay never got going"
-            time.sleep(0.5)
+        _wait(lambda: _count(target_broker.bootstrap, dest) >= 20_000, 180, proc, "first records")
         standalone.kill_worker(0)  # the worker, its executor and their Python workers
-        _, stderr = proc.communicate(timeout=240)
+        produce(source_broker.bootstrap, topic, _records(20_000, 4, first=20_000))
+        _wait(lambda: _count(target_broker.bootstrap, dest) >= 40_000, 180, proc, "all records")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
@@ -139,6 +141,16 @@ def test_losing_a_worker_mid_run_still_gives_exactly_once(
     survivor = Path(standalone.log_dir) / "work-1"
     logs = "".join(p.read_text(errors="replace") for p in survivor.rglob("stderr"))
     assert "retried task resumes" in logs
+
+
+def _wait(condition, timeout: float, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, (
+            f"ktm exited before {what}: {proc.communicate()[1].decode()[-3000:]}"
+        )
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
 
 
 def _count(bootstrap: str, topic: str) -> int:
