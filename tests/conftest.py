@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -72,3 +73,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     )
     yield engine
     engine.stop()
+    # py4j logs from __del__ at interpreter exit, after pytest closed its capture streams;
+    # without this, logging prints a "--- Logging error ---" block after the test summary.
+    logging.raiseExceptions = False
