@@ -253,16 +253,14 @@ class Relay:
     def _resync(self, todo: list[PartitionRoute]) -> None:
         """After a failed epoch, records may have landed without their ack reaching us."""
         relayed = relayed_offsets(self.cfg.target.cluster, todo, self.timeout)
-        nexts = self.status.next_offsets()
-        for route in todo:
-            if route.key in relayed and relayed[route.key] + 1 > nexts[route.key]:
+        for (topic, partition), offset in relayed.items():
+            if self.status.advance((topic, partition), offset + 1):
                 log.info(
                     "resync topic=%s partition=%s offset=%s (delivered without ack)",
-                    route.topic,
-                    route.partition,
-                    relayed[route.key] + 1,
+                    topic,
+                    partition,
+                    offset + 1,
                 )
-                self.status.set_next(route.key, relayed[route.key] + 1)
 
     def _switch(self, decision: Decision) -> None:
         """Move to another node: resume from the destination's provenance, after checking
@@ -270,10 +268,8 @@ class Relay:
         new = self.pool.node(decision.node)
         relayed = relayed_records(self.cfg.target.cluster, self.routes, self.timeout)
         check_continuity(new, relayed, self.cfg.source_pool.on_mismatch, self.timeout)
-        nexts = self.status.next_offsets()
         for key, (offset, _) in relayed.items():
-            if offset + 1 > nexts[key]:
-                self.status.set_next(key, offset + 1)
+            self.status.advance(key, offset + 1)
         nexts = self.status.next_offsets()
         resume = ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(nexts.items()))
         log.warning(

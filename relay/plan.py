@@ -160,8 +160,6 @@ def choose_start(
             f"({best.reason}) but the source ends at {end}; was the source topic recreated? "
             "Refusing to guess: delete the destination records or the consumer group offsets."
         )
-    if best.offset < begin:  # pragma: no cover - max() above includes begin
-        best = ResumePoint(begin, "beginning")
     return best
 
 

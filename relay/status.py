@@ -138,10 +138,15 @@ class Status:
             rate=r.produced / r.elapsed if r.elapsed > 0 else 0.0,
         )
 
-    def set_next(self, key: SourcePartition, next_offset: int) -> None:
-        """The driver moved a resume point (resync after a failure, or a failover)."""
+    def advance(self, key: SourcePartition, next_offset: int) -> bool:
+        """Move a resume point forward (the destination holds more than was acknowledged: a
+        resync after a failure, or a failover); never back. True if it moved."""
         with self._lock:
-            self._rows[key] = replace(self._rows[key], next_offset=next_offset)
+            row = self._rows[key]
+            if next_offset <= row.next_offset:
+                return False
+            self._rows[key] = replace(row, next_offset=next_offset)
+            return True
 
     def next_offsets(self) -> dict[SourcePartition, int]:
         with self._lock:

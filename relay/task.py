@@ -127,7 +127,7 @@ def _pump(
             position = min(position, stop)
         state.consumed += len(records)
         if filters:
-            records = _allowed(task, filters, skip_errors, records, producer, state)
+            records = _allowed(task, filters, skip_errors, records, producer, prefix, state)
         _produce(producer, route, prefix, records, state)
         # The whole fetch was handled: the position may be past gaps (compaction, markers) and
         # past filtered records.
@@ -140,6 +140,7 @@ def _allowed(
     skip_errors: set[str],
     records: list[Any],
     producer: Producer,
+    prefix: bytes,
     state: _State,
 ) -> list[Any]:
     """The records every filter allows. If a filter fails (on_error = "stop"), the records
@@ -150,7 +151,6 @@ def _allowed(
             if not _rejected(task, filters, skip_errors, record, state):
                 allowed.append(record)
         except FilterRuntimeError:
-            prefix = provenance_prefix(task.source.name, task.route.topic, task.route.partition)
             _produce(producer, task.route, prefix, allowed, state)
             state.processed_to = record.offset
             raise

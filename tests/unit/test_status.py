@@ -150,3 +150,10 @@ def test_the_live_table_renders_every_partition_and_the_bar() -> None:
     assert "active node: dc1" in text
     assert "orders-copy[0]" in text and "orders-copy[1]" in text
     assert "50 / 100 records to the end offsets, ETA 2s" in text
+
+
+def test_resume_points_only_move_forward() -> None:
+    status, _, _ = make_status()
+    assert status.advance(("orders", 0), 40)
+    assert not status.advance(("orders", 0), 30)  # the destination never moves a point back
+    assert status.next_offsets()[("orders", 0)] == 40
