@@ -6,12 +6,15 @@ Every error the project knows ends as one readable line and an exit code (2 usag
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -23,7 +26,7 @@ from relay.errors import ConfigError, KtmError
 
 if TYPE_CHECKING:
     from relay.config import Config
-    from relay.driver import Relay
+    from relay.driver.runner import Relay
 
 log = logging.getLogger("relay")
 
@@ -40,6 +43,7 @@ class Options:
     stop_at_end: bool = False
     master: str | None = None
     progress: bool = True
+    summary_json: str | None = None
 
 
 def _run_guarded(debug: bool, fn: Callable[[], int]) -> int:
@@ -126,6 +130,12 @@ def main() -> None:
 )
 @click.option("--master", default=None, help="Spark master URL; overrides [spark].master.")
 @click.option("--no-progress", is_flag=True, help="Plain progress log lines even on a terminal.")
+@click.option(
+    "--summary-json",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the run's numbers (records, times, next offsets) to this JSON file at the end.",
+)
 def relay_command(no_progress: bool, **flags: Any) -> None:
     """Copy the configured topics from the source to the target."""
     opts = Options(progress=not no_progress, **flags)
@@ -158,9 +168,9 @@ def _load(opts: Options, console: Any = None) -> Config:
 
 
 def _build(cfg: Config, opts: Options, stop: threading.Event) -> Relay:
-    from relay.driver import Relay
+    from relay.driver.metrics import Metrics
+    from relay.driver.runner import Relay
     from relay.filters import specs_from_config, validate_filters
-    from relay.metrics import Metrics
 
     specs = specs_from_config(cfg.filters)
     validate_filters(specs)
@@ -178,49 +188,57 @@ def _build(cfg: Config, opts: Options, stop: threading.Event) -> Relay:
 def _relay(opts: Options) -> int:
     from rich.console import Console
 
-    from relay.metrics import MetricsServer
-    from relay.progress import Progress
+    from relay.driver.metrics import MetricsServer
+    from relay.driver.progress import Progress
 
     live = opts.progress and opts.log_format == "text" and sys.stdout.isatty()
     console = Console() if live else None
     cfg = _load(opts, console)
     stop = threading.Event()
     install_signal_handlers(stop)
-    relay = _build(cfg, opts, stop)
-    server = None
-    if cfg.app.metrics_addr is not None:
-        server = MetricsServer(relay.metrics, cfg.app.metrics_addr, relay.status.health)
-    try:
-        relay.prepare()
+    with ExitStack() as resources:
+        relay = resources.enter_context(_build(cfg, opts, stop))
+        if cfg.app.metrics_addr is not None:
+            server = MetricsServer(relay.metrics, cfg.app.metrics_addr, relay.status.health)
+            resources.callback(server.close)
+        relay.prepare(start_spark=True)
         with Progress(relay.status.snapshot, console):
             summary = relay.run()
-    finally:
-        relay.close()
-        if server is not None:
-            server.close()
     if opts.debug and relay.log_path:
         log.debug("spark log: %s", relay.log_path)
+    first = "-" if summary.first_record is None else f"{summary.first_record:.1f}s"
     log.info(
-        "%s: %d records relayed, %d filtered, in %.1fs (spark start %.1fs, %d epochs, "
-        "epoch overhead %.1fs)",
+        "%s: %d records relayed, %d filtered, in %.1fs (spark start %.1fs, first record after "
+        "%s, %d rounds, %d slots)",
         "stopped by signal" if summary.stopped_by_signal else "done",
         summary.relayed,
         summary.filtered,
         summary.elapsed,
         summary.spark_start,
-        summary.epochs,
-        summary.epoch_overhead,
+        first,
+        summary.rounds,
+        summary.slots,
     )
+    if opts.summary_json:
+        _write_summary(opts.summary_json, summary)
     return 0
+
+
+def _write_summary(path: str, summary: Any) -> None:
+    """The run's numbers for programs (the benchmark reads them instead of log lines)."""
+    data = dataclasses.asdict(summary)
+    data["next_offsets"] = {f"{t}/{p}": o for (t, p), o in sorted(summary.next_offsets.items())}
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2, sort_keys=True)
+    except OSError as exc:
+        raise ConfigError(f"--summary-json {path}: cannot write: {exc.strerror}") from exc
 
 
 def _check(opts: Options) -> int:
     cfg = _load(opts)
-    relay = _build(cfg, opts, threading.Event())
-    try:
+    with _build(cfg, opts, threading.Event()) as relay:
         relay.prepare()
-    finally:
-        relay.close()
     snap = relay.status.snapshot()
     click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node}")
     for row in snap.rows:

@@ -340,9 +340,10 @@ class AppConfig:
 class SparkConfig:
     master: str | None = field(default=None, metadata=_reads(_optional_text))  # None: local[N]
     app_name: str = field(default="ktm", metadata=_reads(_text))
-    epoch_duration: float = field(
-        default=5.0, metadata=_reads(_duration, positive=True, maximum=600.0)
-    )
+    slots: int = field(default=0, metadata=_reads(_int, minimum=0))  # 0: ask Spark
+    # How often the driver checks whether re-planning the partition groups would pay off.
+    rebalance_interval: float = field(default=30.0, metadata=_reads(_duration, positive=True))
+    control_port: int = field(default=0, metadata=_reads(_int, minimum=0, maximum=65535))
     conf: tuple[tuple[str, str], ...] = field(default=(), metadata=_reads(_spark_conf))
 
 
@@ -450,7 +451,7 @@ def load_config(path: str | os.PathLike[str], *, cli_filters: Sequence[str] = ()
     return Config(
         path=os.fspath(path),
         app=_build(AppConfig, doc.sub("app")),
-        spark=_build(SparkConfig, doc.sub("spark")),
+        spark=_spark(doc.sub("spark")),
         topics=_topics(doc.sub("topics", required=True, quote=True)),
         sources=_sources(doc),
         source_pool=_source_pool(doc.sub("source_pool")),
@@ -483,6 +484,17 @@ def _toml_problem(exc: tomli.TOMLDecodeError) -> str:
             return f"invalid TOML: {exc}"
         reason, lineno, colno = match.groups()
     return f"invalid TOML at line {lineno}, column {colno}: {reason}"
+
+
+def _spark(t: _Table) -> SparkConfig:
+    if "epoch_duration" in t.mapping:
+        # Removed, not ignored: a key that silently stopped working would mislead.
+        raise t.error(
+            "epoch_duration",
+            "removed in ktm 0.2: tasks now run until the driver stops them (no epochs); "
+            "delete the key (see rebalance_interval)",
+        )
+    return _build(SparkConfig, t)
 
 
 def _source_pool(t: _Table) -> SourcePoolConfig:

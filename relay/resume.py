@@ -1,9 +1,13 @@
 """Where each source partition resumes: read from the destination, never assumed.
 
-On start (and after a failed epoch) the driver reads the tail of every destination partition,
-finds the last source offset each source partition delivered (the `ktm.src` provenance header)
-and resumes right after it. kaf-relay assumes destination offset N == source offset N; that
+This module owns the rule, and speaks of the **next offset** only: the first source offset not
+yet at the destination. The destination's tail is read (the `ktm.src` provenance header every
+relayed record carries names its source offset), and a partition resumes at the next offset after
+the last one found there, or at the group's committed offset when that is later (the last records
+may all have been filtered out). kaf-relay assumes destination offset N == source offset N; that
 breaks with filters, fixed partitions, fan-in, other writers or a log not starting at 0.
+
+Used by the driver (start-up, after a failed round, on failover) and by a retried task.
 """
 
 from __future__ import annotations
@@ -14,24 +18,110 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from relay import kafka_io
+from relay.clients import admin
 from relay.config import ClusterConfig
-from relay.errors import RelayError
-from relay.plan import (
-    PartitionRoute,
-    ResumePoint,
-    SourcePartition,
-    choose_start,
-    last_relayed,
-    last_relayed_records,
-    same_record,
-)
+from relay.errors import KafkaSetupError, RelayError
+from relay.spec import PROVENANCE_HEADER, PartitionRoute, SourcePartition, parse_provenance
 
 log = logging.getLogger(__name__)
 
 
 class ContinuityError(RelayError):
     """A new source node does not line up with what was relayed: nothing is skipped silently."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The last record the destination holds from one source partition."""
+
+    next_offset: int  # the source offset after it
+    record: Any  # the destination's copy (key, value, timestamp compared on failover)
+
+    @property
+    def offset(self) -> int:
+        return self.next_offset - 1
+
+
+def delivered_in(
+    records: Iterable[Any], wanted: set[SourcePartition]
+) -> dict[SourcePartition, Delivered]:
+    """Per wanted source partition, the record with the highest source offset in `records`."""
+    found: dict[SourcePartition, Delivered] = {}
+    for record in records:
+        for name, value in getattr(record, "headers", None) or ():
+            parsed = parse_provenance(value) if name == PROVENANCE_HEADER else None
+            if parsed is None:
+                continue
+            _, topic, partition, offset = parsed
+            key = (topic, partition)
+            if key in wanted and (key not in found or offset + 1 >= found[key].next_offset):
+                found[key] = Delivered(offset + 1, record)
+    return found
+
+
+def delivered(
+    target: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
+) -> dict[SourcePartition, Delivered]:
+    """What each source partition delivered, from the tail of the destination partitions.
+
+    Several source partitions may feed one destination partition (a fixed partition, or two
+    topics into one); the scan goes back until it has seen each of them or reached the start.
+    """
+    feeders: dict[tuple[str, int], set[SourcePartition]] = defaultdict(set)
+    for route in routes:
+        feeders[(route.target_topic, route.target_partition)].add(route.key)
+
+    def satisfied(dest: tuple[str, int], records: list[Any]) -> bool:
+        return set(delivered_in(records, feeders[dest])) == feeders[dest]
+
+    tails = admin.read_tails(target, sorted(feeders), satisfied, timeout)
+    found: dict[SourcePartition, Delivered] = {}
+    for dest, records in tails.items():
+        found.update(delivered_in(records, feeders[dest]))
+    return found
+
+
+def destination_next_offsets(
+    target: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
+) -> dict[SourcePartition, int]:
+    """The next offset of each source partition the destination holds records of."""
+    return {key: d.next_offset for key, d in delivered(target, routes, timeout).items()}
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    next_offset: int
+    reason: str  # "destination" (provenance), "committed" (group offset) or "beginning"
+
+
+def choose_start(
+    key: SourcePartition,
+    destination: int | None,
+    committed: int | None,
+    begin: int,
+    end: int,
+) -> ResumePoint:
+    """Where to resume a source partition, from three next offsets.
+
+    The provenance tail is exact. The group offset is committed only after the destination
+    acknowledged, so it is never ahead of the truth either; it matters when the last records were
+    all filtered out (nothing in the destination names them). Take the later of the two.
+    """
+    candidates = []  # on a tie, max() keeps the first: the most exact reason
+    if destination is not None:
+        candidates.append(ResumePoint(destination, "destination"))
+    if committed is not None:
+        candidates.append(ResumePoint(committed, "committed"))
+    candidates.append(ResumePoint(begin, "beginning"))
+    best = max(candidates, key=lambda point: point.next_offset)
+    if best.next_offset > end:
+        raise KafkaSetupError(
+            f"{key[0]}[{key[1]}]: the destination already holds source offsets up to "
+            f"{best.next_offset} ({best.reason}) but the source ends at {end}; was the source "
+            "topic recreated? Refusing to guess: delete the destination records or the consumer "
+            "group offsets."
+        )
+    return best
 
 
 @dataclass(frozen=True)
@@ -43,38 +133,8 @@ class SourceOffsets:
 def source_offsets(
     cluster: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
 ) -> SourceOffsets:
-    keys = [route.key for route in routes]
-    begin, end = kafka_io.offset_bounds(cluster, keys, timeout)
+    begin, end = admin.offset_bounds(cluster, [route.key for route in routes], timeout)
     return SourceOffsets(begin, end)
-
-
-def relayed_records(
-    target: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
-) -> dict[SourcePartition, tuple[int, Any]]:
-    """The last source offset found in each destination partition's tail, per source partition,
-    with the destination record carrying it.
-
-    Several source partitions may feed one destination partition (a fixed partition, or two
-    topics into one); the scan goes back until it has seen each of them or reached the start.
-    """
-    feeders: dict[tuple[str, int], set[SourcePartition]] = defaultdict(set)
-    for route in routes:
-        feeders[(route.target_topic, route.target_partition)].add(route.key)
-
-    def satisfied(dest: tuple[str, int], records: list[Any]) -> bool:
-        return set(last_relayed(records, feeders[dest])) == feeders[dest]
-
-    tails = kafka_io.read_tails(target, sorted(feeders), satisfied, timeout)
-    found: dict[SourcePartition, tuple[int, Any]] = {}
-    for dest, records in tails.items():
-        found.update(last_relayed_records(records, feeders[dest]))
-    return found
-
-
-def relayed_offsets(
-    target: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
-) -> dict[SourcePartition, int]:
-    return {key: offset for key, (offset, _) in relayed_records(target, routes, timeout).items()}
 
 
 def resume_points(
@@ -82,31 +142,41 @@ def resume_points(
     routes: list[PartitionRoute],
     group_id: str,
     offsets: SourceOffsets,
-    relayed: dict[SourcePartition, int],
+    at_destination: dict[SourcePartition, int],
     timeout: float,
 ) -> dict[SourcePartition, ResumePoint]:
-    """Each partition's start: after the last relayed offset, or the group's committed offset."""
-    committed = kafka_io.committed_offsets(source, group_id, [r.key for r in routes], timeout)
+    """Each partition's next offset: after what the destination holds, or the committed one."""
+    committed = admin.committed_offsets(source, group_id, [r.key for r in routes], timeout)
     points = {}
     for route in routes:
         key = route.key
-        points[key] = choose_start(
-            key, relayed.get(key), committed.get(key), offsets.begin[key], offsets.end[key]
+        point = choose_start(
+            key, at_destination.get(key), committed.get(key), offsets.begin[key], offsets.end[key]
         )
+        points[key] = point
         log.info(
-            "resume topic=%s partition=%s offset=%s from=%s end=%s",
+            "resume topic=%s partition=%s next_offset=%s from=%s end=%s",
             key[0],
             key[1],
-            points[key].offset,
-            points[key].reason,
+            point.next_offset,
+            point.reason,
             offsets.end[key],
         )
     return points
 
 
+def same_record(copy: Any, source: Any) -> bool:
+    """Continuity fingerprint: a relayed record and a source record are the same record.
+
+    Key, value and CreateTime travel unchanged, so they identify the record across identical
+    nodes without trusting offsets alone.
+    """
+    return (copy.key, copy.value, copy.timestamp) == (source.key, source.value, source.timestamp)
+
+
 def check_continuity(
     node: ClusterConfig,
-    relayed: dict[SourcePartition, tuple[int, Any]],
+    at_destination: dict[SourcePartition, Delivered],
     on_mismatch: str,
     timeout: float,
 ) -> None:
@@ -116,21 +186,20 @@ def check_continuity(
     relayed record is compared with the node's record at that offset; any difference means the
     offsets do not line up, and resuming would skip or repeat records.
     """
-    if not relayed:
+    if not at_destination:
         return
-    wanted = {key: offset for key, (offset, _) in relayed.items()}
-    found = kafka_io.records_at(node, wanted, timeout)
-    for key, (offset, copy) in sorted(relayed.items()):
+    found = admin.records_at(node, {k: d.offset for k, d in at_destination.items()}, timeout)
+    for key, last in sorted(at_destination.items()):
         record = found.get(key)
-        if record is not None and same_record(copy, record):
+        if record is not None and same_record(last.record, record):
             continue
         what = (
             "has no record" if record is None else "holds a different record (key/value/timestamp)"
         )
         message = (
             f"continuity check failed: source node {node.name} {what} at {key[0]}[{key[1]}] "
-            f"offset {offset}, which the destination already holds; resuming there would skip "
-            f'or repeat records ([source_pool].on_mismatch = "continue" resumes anyway)'
+            f"offset {last.offset}, which the destination already holds; resuming there would "
+            f'skip or repeat records ([source_pool].on_mismatch = "continue" resumes anyway)'
         )
         if on_mismatch != "continue":
             raise ContinuityError(message)

@@ -67,7 +67,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from relay.engine import Engine
 
     engine = Engine(
-        SparkConfig(master=None, app_name="ktm-tests", epoch_duration=1.0, conf=()),
+        SparkConfig(master=None, app_name="ktm-tests"),
         "local[2]",
         tmp_path_factory.mktemp("spark"),
     )

@@ -1,61 +1,85 @@
-"""Executor-side reading of one source partition at a time (kafka-python).
+"""Executor-side reading of a group of source partitions (kafka-python).
 
-A `PartitionReader` is cached per worker process and reused across epochs: it never subscribes
-(no group rebalances), it is pointed at one partition per task with assign/seek, and it commits
-the source group's offset only for records the destination acknowledged.
+One `GroupReader` is cached per worker process and reused from one round to the next: it never
+subscribes (no group rebalances), it is assigned the task's partitions with assign/seek (one
+fetch request serves all of them), and it commits the source group's offsets only for records
+the destination acknowledged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from relay.clients.settings import client_settings
 from relay.config import ClusterConfig
-from relay.kafka_io import client_settings
+
+TP = tuple[str, int]
+
+COMMIT_TIMEOUT_MS = 1500  # a dead source node must not hold a task's stop hostage
 
 
-class PartitionReader:
+class GroupReader:
     def __init__(self, cluster: ClusterConfig, group_id: str, request_timeout: float = 10.0):
         self._consumer = KafkaConsumer(
             **client_settings(cluster, request_timeout),
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            # Short fetch waits keep the loop responsive to its deadline; big fetches keep it fed.
+            # Short fetch waits keep the loop responsive to "stop"; big fetches keep it fed.
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=8 * 1024 * 1024,
             fetch_max_bytes=64 * 1024 * 1024,
             max_poll_records=5000,
         )
-        self._tp: TopicPartition | None = None
+        self._tps: dict[TP, TopicPartition] = {}
         self._closed = False
 
-    def start(self, topic: str, partition: int, offset: int) -> None:
-        tp = TopicPartition(topic, partition)
-        if tp != self._tp:
-            self._consumer.assign([tp])
-            self._tp = tp
-        self._consumer.seek(tp, offset)
+    def assign(self, starts: Mapping[TP, int]) -> None:
+        """Read exactly these partitions, each from its start offset."""
+        self._tps = {key: TopicPartition(*key) for key in starts}
+        self._consumer.assign(list(self._tps.values()))
+        self._consumer.resume(*self._tps.values())  # a cached reader may have paused some
+        for key, offset in starts.items():
+            self._consumer.seek(self._tps[key], offset)
 
-    def poll(self, timeout: float) -> list[Any]:
-        assert self._tp is not None
+    def poll(self, timeout: float) -> dict[TP, list[Any]]:
         batch = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)))
-        return batch.get(self._tp, [])
+        return {(tp.topic, tp.partition): records for tp, records in batch.items()}
 
-    def position(self) -> int:
-        assert self._tp is not None
-        return self._consumer.position(self._tp)
+    def positions(self, keys: Iterable[TP]) -> dict[TP, int]:
+        """The next offset each partition will return. A fetch may move it past offsets that
+        hold no record (compaction, transaction markers) without returning anything.
 
-    def highwater(self) -> int | None:
-        assert self._tp is not None
-        return self._consumer.highwater(self._tp)
+        Read from the subscription state: `KafkaConsumer.position()` also refreshes committed
+        offsets and validates positions, a round trip per call, far too slow per poll for
+        hundreds of partitions. The public call is the fallback (kafka-python is pinned)."""
+        assignment = getattr(getattr(self._consumer, "_subscription", None), "assignment", None)
+        found = {}
+        for key in keys:
+            state = assignment.get(self._tps[key]) if assignment is not None else None
+            position = getattr(state, "position", None)
+            found[key] = (
+                position.offset if position is not None else self._consumer.position(self._tps[key])
+            )
+        return found
 
-    def commit(self, offset: int) -> None:
-        assert self._tp is not None
-        # Bounded: a dead source node must not hold the task (and the epoch) hostage.
-        self._consumer.commit({self._tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=1500)
+    def highwater(self, key: TP) -> int | None:
+        return self._consumer.highwater(self._tps[key])
+
+    def pause(self, key: TP) -> None:
+        """Stop fetching a partition (it reached its stop offset)."""
+        self._consumer.pause(self._tps[key])
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        if offsets:
+            self._consumer.commit(
+                {self._tps[k]: OffsetAndMetadata(o, "", -1) for k, o in offsets.items()},
+                timeout_ms=COMMIT_TIMEOUT_MS,
+            )
 
     def close(self) -> None:
         if not self._closed:

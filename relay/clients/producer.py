@@ -24,8 +24,8 @@ from kafka import KafkaProducer, TopicPartition
 from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from relay.clients.settings import client_settings
 from relay.config import TargetConfig
-from relay.kafka_io import client_settings
 
 log = logging.getLogger(__name__)
 

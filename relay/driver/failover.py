@@ -3,7 +3,8 @@
 Nodes are compared per partition, never by a summed weight (kaf-relay's weak point: a sum hides
 one partition falling behind). A node that does not answer a health check within
 `request_timeout` is down at once. A node can serve only if it holds every offset already
-relayed; otherwise resuming on it would wait for, or worse skip, records.
+relayed (its end is at or past each partition's next offset); otherwise resuming on it would
+wait for, or worse skip, records.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from relay import kafka_io
+from relay.clients import admin
+from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig, SourcePoolConfig
-from relay.metrics import Metrics
-from relay.plan import SourcePartition
+from relay.driver.metrics import Metrics
+from relay.spec import SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +55,16 @@ def best_ends(views: Sequence[NodeView]) -> dict[SourcePartition, int]:
     return best
 
 
-def can_serve(view: NodeView, relayed: dict[SourcePartition, int]) -> bool:
-    """Up, and holding every offset already relayed (so resuming on it skips nothing)."""
-    return view.up and all(view.ends.get(key, -1) >= nxt for key, nxt in relayed.items())
+def can_serve(view: NodeView, nexts: dict[SourcePartition, int]) -> bool:
+    """Up, and holding every offset already relayed: its end is at or past each partition's
+    next offset (so resuming on it skips nothing)."""
+    return view.up and all(view.ends.get(key, -1) >= nxt for key, nxt in nexts.items())
 
 
 def choose(
     views: Sequence[NodeView],
     active: str | None,
-    relayed: dict[SourcePartition, int],
+    nexts: dict[SourcePartition, int],
     threshold: int,
 ) -> Decision | None:
     """The node to switch to, or None to stay (or to wait, when no node can serve).
@@ -71,7 +74,7 @@ def choose(
     partition: the most advanced node. Views are in configuration order.
     """
     best = best_ends(views)
-    candidates = [v for v in views if can_serve(v, relayed)]
+    candidates = [v for v in views if can_serve(v, nexts)]
     by_name = {v.name: v for v in views}
     current = by_name.get(active) if active is not None else None
     if current is not None and current.up:
@@ -144,7 +147,7 @@ class NodeMonitor:
             self.check_now()
 
     def _check(self, node: ClusterConfig) -> NodeView:
-        ends = kafka_io.health_end_offsets(node, self.keys, self.pool.request_timeout)
+        ends = admin.health_end_offsets(node, self.keys, self.pool.request_timeout)
         return NodeView(node.name, True, ends)
 
     def _publish(self, views: list[NodeView]) -> None:
@@ -165,9 +168,9 @@ class NodeMonitor:
 class SourcePool:
     """The source side of a relay: one cluster (single mode) or N identical nodes (failover).
 
-    In failover mode it owns the health monitor and answers, before each epoch, whether to
-    switch nodes. It never moves records and never decides resume offsets: the driver does,
-    from the destination's provenance headers.
+    In failover mode it owns the health monitor and answers, between rounds and while one runs,
+    whether to switch nodes. It never moves records and never decides resume offsets: the
+    driver does, from the destination's provenance headers.
     """
 
     def __init__(
@@ -189,21 +192,21 @@ class SourcePool:
         self.monitor = NodeMonitor(self.nodes, pool, metrics)
 
     def describe_all(self) -> str:
-        return "; ".join(kafka_io.describe(node) for node in self.nodes)
+        return "; ".join(describe(node) for node in self.nodes)
 
     def partition_counts(self, topics: list[str], timeout: float) -> dict[str, int]:
         """Topic metadata from the first node that answers (all nodes hold the same topics)."""
         errors = []
         for node in self.nodes:
             try:
-                return kafka_io.partition_counts(node, topics, timeout)
+                return admin.partition_counts(node, topics, timeout)
             except Exception as exc:  # noqa: BLE001 - try the next node, report all below
-                if not kafka_io.is_retriable(exc):
+                if not is_retriable(exc):
                     raise
-                errors.append(f"{kafka_io.describe(node)}: {exc}")
+                errors.append(f"{describe(node)}: {exc}")
         raise ConnectionError("no source node answered: " + "; ".join(errors))
 
-    def start(self, keys: Sequence[SourcePartition], relayed: dict[SourcePartition, int]) -> None:
+    def start(self, keys: Sequence[SourcePartition], nexts: dict[SourcePartition, int]) -> None:
         """Pick the first active node (failover: one that holds everything relayed so far)."""
         self.monitor.keys = list(keys)
         if not self.failover:
@@ -211,9 +214,9 @@ class SourcePool:
             self.monitor.start()
             return
         views = self.monitor.check_now()
-        decision = choose(views, None, relayed, self.pool.offset_lag_threshold)
+        decision = choose(views, None, nexts, self.pool.offset_lag_threshold)
         if decision is None:
-            raise ConnectionError("no source node can serve: " + _why(views, relayed))
+            raise ConnectionError("no source node can serve: " + _why(views, nexts))
         self._activate(decision.node)
         log.info("active source node %s (of %d)", decision.node, len(self.nodes))
         self.monitor.start()
@@ -226,15 +229,15 @@ class SourcePool:
         best = best_ends(views)
         return dict(min(views, key=lambda v: max_lag(v, best)).ends)
 
-    def next_switch(self, relayed: dict[SourcePartition, int], urgent: bool) -> Decision | None:
-        """Whether to move to another node before the next epoch; raises if none can serve."""
+    def next_switch(self, nexts: dict[SourcePartition, int], urgent: bool) -> Decision | None:
+        """Whether to move to another node now (asked every tick); raises if none can serve."""
         if not self.failover:
             return None
         views = self.monitor.check_now() if urgent else self.monitor.views()
-        decision = choose(views, self.active.name, relayed, self.pool.offset_lag_threshold)
+        decision = choose(views, self.active.name, nexts, self.pool.offset_lag_threshold)
         active = next(v for v in views if v.name == self.active.name)
         if decision is None and not active.up:
-            raise ConnectionError("no source node can serve: " + _why(views, relayed))
+            raise ConnectionError("no source node can serve: " + _why(views, nexts))
         return decision
 
     def node(self, name: str) -> ClusterConfig:
@@ -257,12 +260,12 @@ class SourcePool:
         self.monitor.close()
 
 
-def _why(views: Sequence[NodeView], relayed: dict[SourcePartition, int]) -> str:
+def _why(views: Sequence[NodeView], nexts: dict[SourcePartition, int]) -> str:
     reasons = []
     for view in views:
         if not view.up:
             reasons.append(f"{view.name} down ({view.error})")
         else:
-            behind = [k for k, nxt in relayed.items() if view.ends.get(k, -1) < nxt]
+            behind = [k for k, nxt in nexts.items() if view.ends.get(k, -1) < nxt]
             reasons.append(f"{view.name} behind what was relayed on {len(behind)} partition(s)")
     return "; ".join(reasons)

@@ -1,7 +1,7 @@
 """Every Prometheus metric ktm exports, and the small HTTP server for /metrics and /healthz.
 
 Metrics are declared here only. The registry is passed in, so tests use a fresh one.
-Executors do not touch metrics: tasks return counts and the driver records them.
+Executors do not touch metrics: tasks report counts and the driver records them.
 """
 
 from __future__ import annotations
@@ -98,15 +98,30 @@ class Metrics:
             ("from_node", "to_node", "reason"),
             registry=r,
         )
-        self.epoch_duration = Histogram(
-            "ktm_epoch_duration_seconds",
-            "Wall time of one epoch (one Spark job)",
-            buckets=(0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60),
+        self.round_duration = Histogram(
+            "ktm_round_duration_seconds",
+            "Wall time of one round (one Spark job whose tasks run until the driver stops them)",
+            buckets=(1, 5, 15, 60, 300, 900, 3600, 6 * 3600, 24 * 3600),
             registry=r,
         )
-        self.epoch_overhead = Counter(
-            "ktm_epoch_overhead_seconds",
-            "Epoch wall time not spent inside tasks (scheduling, start-up, collection)",
+        self.rounds = Counter(
+            "ktm_rounds",
+            "Rounds ended, by reason: end, stop, rebalance, failover, error, membership",
+            ("reason",),
+            registry=r,
+        )
+        self.task_slots = Gauge(
+            "ktm_task_slots", "Spark task slots the relay runs its tasks in", registry=r
+        )
+        self.round_gap = Counter(
+            "ktm_round_gap_seconds",
+            "Time between rounds: from a round's stop request until every task of the next "
+            "round reported (records wait this long)",
+            registry=r,
+        )
+        self.first_record = Gauge(
+            "ktm_first_record_seconds",
+            "Seconds from start to the first record acknowledged by the destination",
             registry=r,
         )
 

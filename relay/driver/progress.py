@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from relay.status import Snapshot
+from relay.driver.status import Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from relay.config import Config
+from relay.driver.metrics import Metrics
 from relay.errors import RelayError
-from relay.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 STARTUP_ATTEMPTS_WHEN_FOREVER = 5  # "-1 = forever" applies once the relay has started
 
 
-class RetriableEpochError(RelayError):
+class RetriableRoundError(RelayError):
     """Something failed with a retriable error; `side` ("source"/"target") picks the policy."""
 
     def __init__(self, message: str, side: str):

@@ -1,8 +1,9 @@
-"""What the relay knows about its own progress: per-partition counts, lag, rates, health.
+"""What the driver knows about progress: per-partition counts, next offsets, lag, rates, health.
 
-The driver feeds it task results after each epoch and the health checks' end offsets; the
-metrics, `/healthz` (from the HTTP thread) and the progress view read from it. All state sits
-behind one lock, because those readers run on other threads.
+Fed while tasks run: every task report (relay.channel, about twice a second per task) carries
+cumulative totals for its attempt, and `apply` turns them into deltas, so a report that arrives
+twice (live, then as the Spark result) or not at all changes nothing. The metrics, `/healthz`
+(from the HTTP thread) and the progress view read from here; all state sits behind one lock.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from relay.failover import NodeView
-from relay.metrics import Metrics
-from relay.plan import PartitionRoute, SourcePartition, TaskResult
-from relay.task import SKIPPED_ERROR
+from relay.driver.failover import NodeView
+from relay.driver.metrics import Metrics
+from relay.spec import PartitionProgress, PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
+
+RATE_WINDOW = 1.0  # seconds over which a partition's rate is measured
+RATE_STALE = 3.0  # a rate not refreshed for this long reads as 0
+
+Attempt = tuple[int, int, int]  # (round, task, attempt)
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,9 @@ class PartitionRow:
     stop: int | None  # --stop-at-end target
     relayed: int = 0
     filtered: int = 0
-    rate: float = 0.0  # records/s in the last epoch
+    rate: float = 0.0  # records/s over the last RATE_WINDOW
+    rate_at: float = 0.0  # when `rate` was measured
+    rate_base: int = 0  # `relayed` at rate_at
 
     @property
     def lag(self) -> int | None:
@@ -70,12 +77,13 @@ class Status:
         self.clock = clock
         self.started = clock()
         self.last_progress = clock()
+        self.first_ack_at: float | None = None
         self.active_node = ""
         self.nodes: list[NodeView] = []
-        self.epochs = 0
-        self.epoch_overhead = 0.0
+        self.rounds = 0
         self.stop_at_end = False
         self._rows: dict[SourcePartition, PartitionRow] = {}
+        self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
         self._lock = threading.Lock()
 
     def start(
@@ -86,71 +94,95 @@ class Status:
         stops: dict[SourcePartition, int] | None,
     ) -> None:
         self.stop_at_end = stops is not None
+        now = self.clock()
         with self._lock:
             for route in routes:
                 key = route.key
                 stop = stops.get(key) if stops else None
-                self._rows[key] = PartitionRow(route, next_offsets[key], ends.get(key), stop)
-        self._publish_lag()
+                row = PartitionRow(route, next_offsets[key], ends.get(key), stop, rate_at=now)
+                self._rows[key] = row
+        self._publish(list(self._rows))
 
-    def record_epoch(self, results: Sequence[TaskResult], wall: float) -> None:
+    def apply(
+        self, attempt: Attempt, parts: Sequence[PartitionProgress], latencies: Sequence[float] = ()
+    ) -> None:
+        """A task's cumulative totals: count what is new since its previous report."""
+        now = self.clock()
         with self._lock:
-            for result in results:
-                self._record_result(result)
-        busiest = max((r.elapsed for r in results), default=0.0)
-        overhead = max(0.0, wall - busiest)
-        self.metrics.epoch_duration.observe(wall)
-        self.metrics.epoch_overhead.inc(overhead)
-        self.epoch_overhead += overhead
-        self.epochs += 1
-        if any(r.produced or r.filtered for r in results):
-            self.last_progress = self.clock()
-        self._publish_lag()
+            seen = self._seen.setdefault(attempt, {})
+            moved = False
+            for part in parts:
+                before = seen.get(part.key)
+                if part.key not in self._rows:
+                    continue
+                seen[part.key] = part
+                moved |= self._add(part, before, now)
+        for seconds in latencies:
+            self.metrics.latency.observe(max(0.0, seconds))
+        if moved:
+            self.last_progress = now
+            if self.first_ack_at is None:
+                self.first_ack_at = now
+        self._publish([part.key for part in parts])
 
-    def _record_result(self, r: TaskResult) -> None:
-        row = self._rows[r.key]
-        route, m = row.route, self.metrics
+    def _add(self, part: PartitionProgress, before: PartitionProgress | None, now: float) -> bool:
+        """Count one partition's delta; True if records were relayed or dropped."""
+        row, m = self._rows[part.key], self.metrics
+        route = row.route
         labels = (
             route.topic,
             str(route.partition),
             route.target_topic,
             str(route.target_partition),
         )
-        m.consumed.labels(*labels).inc(r.consumed)
-        m.produced.labels(*labels).inc(r.produced)
-        m.bytes_produced.labels(route.target_topic).inc(r.produced_bytes)
-        filtered = 0
-        for filter_id, count in r.filtered.items():
-            if filter_id.endswith(SKIPPED_ERROR):
-                filter_id = filter_id.removesuffix(SKIPPED_ERROR)
-                m.filter_errors.labels(filter_id, route.topic).inc(count)
+        produced = part.produced - (before.produced if before else 0)
+        m.consumed.labels(*labels).inc(max(0, part.consumed - (before.consumed if before else 0)))
+        m.produced.labels(*labels).inc(max(0, produced))
+        done_bytes = part.produced_bytes - (before.produced_bytes if before else 0)
+        m.bytes_produced.labels(route.target_topic).inc(max(0, done_bytes))
+        filtered = _count_delta(part.filtered, before.filtered if before else ())
+        for filter_id, count in filtered.items():
             m.filtered.labels(filter_id, route.topic).inc(count)
-            filtered += count
-        for seconds in r.latencies:
-            m.latency.observe(max(0.0, seconds))
-        end = row.end if r.highwater is None else max(row.end or 0, r.highwater)
-        self._rows[r.key] = replace(
+        errors = _count_delta(part.filter_errors, before.filter_errors if before else ())
+        for filter_id, count in errors.items():
+            m.filter_errors.labels(filter_id, route.topic).inc(count)
+        end = row.end if part.highwater is None else max(row.end or 0, part.highwater)
+        row = replace(
             row,
-            next_offset=max(row.next_offset, r.next_offset),
+            next_offset=max(row.next_offset, part.next_offset),
             end=end,
-            relayed=row.relayed + r.produced,
-            filtered=row.filtered + filtered,
-            rate=r.produced / r.elapsed if r.elapsed > 0 else 0.0,
+            relayed=row.relayed + max(0, produced),
+            filtered=row.filtered + sum(filtered.values()),
         )
+        if now - row.rate_at >= RATE_WINDOW:
+            rate = (row.relayed - row.rate_base) / (now - row.rate_at)
+            row = replace(row, rate=rate, rate_at=now, rate_base=row.relayed)
+        self._rows[part.key] = row
+        return produced > 0 or bool(filtered)
+
+    def record_round(self, wall: float, reason: str) -> None:
+        self.rounds += 1
+        self.metrics.round_duration.observe(wall)
+        self.metrics.rounds.labels(reason).inc()
 
     def advance(self, key: SourcePartition, next_offset: int) -> bool:
-        """Move a resume point forward (the destination holds more than was acknowledged: a
+        """Move a next offset forward (the destination holds more than was acknowledged: a
         resync after a failure, or a failover); never back. True if it moved."""
         with self._lock:
             row = self._rows[key]
             if next_offset <= row.next_offset:
                 return False
             self._rows[key] = replace(row, next_offset=next_offset)
-            return True
+        self._publish([key])
+        return True
 
     def next_offsets(self) -> dict[SourcePartition, int]:
         with self._lock:
             return {key: row.next_offset for key, row in self._rows.items()}
+
+    def rows(self) -> dict[SourcePartition, PartitionRow]:
+        with self._lock:
+            return dict(self._rows)
 
     def observe_nodes(self, views: list[NodeView], active: str) -> None:
         """Health-check answers: the active node's end offsets keep the lag current."""
@@ -163,11 +195,11 @@ class Status:
                     if key in self._rows:
                         row = self._rows[key]
                         self._rows[key] = replace(row, end=max(row.end or 0, end))
-        self._publish_lag()
+        self._publish(list(self._rows))
 
-    def _publish_lag(self) -> None:
+    def _publish(self, keys: Sequence[SourcePartition]) -> None:
         with self._lock:
-            rows = list(self._rows.values())
+            rows = [self._rows[key] for key in keys if key in self._rows]
         for row in rows:
             labels = (row.route.topic, str(row.route.partition))
             self.metrics.next_offset.labels(*labels).set(row.next_offset)
@@ -175,14 +207,18 @@ class Status:
                 self.metrics.lag.labels(*labels).set(row.lag)
 
     def snapshot(self) -> Snapshot:
+        now = self.clock()
         with self._lock:
-            rows = tuple(self._rows[key] for key in sorted(self._rows))
+            rows = tuple(
+                row if now - row.rate_at < RATE_STALE else replace(row, rate=0.0)
+                for _, row in sorted(self._rows.items())
+            )
         return Snapshot(
             rows=rows,
             active_node=self.active_node,
             relayed=sum(r.relayed for r in rows),
             filtered=sum(r.filtered for r in rows),
-            elapsed=self.clock() - self.started,
+            elapsed=now - self.started,
             stop_at_end=self.stop_at_end,
         )
 
@@ -203,3 +239,10 @@ class Status:
             reason = f"no progress for {idle_for:.0f}s with lag {snap.lag}"
             return False, {**detail, "reason": reason}
         return True, detail
+
+
+def _count_delta(
+    now: tuple[tuple[str, int], ...], before: tuple[tuple[str, int], ...]
+) -> dict[str, int]:
+    old = dict(before)
+    return {name: count - old.get(name, 0) for name, count in now if count > old.get(name, 0)}

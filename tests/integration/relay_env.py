@@ -25,12 +25,12 @@ def write_config(
     topics: Mapping[str, str],
     source_name: str = "src",
     app: str = 'metrics_addr = ""',
-    epoch: str = "1s",
+    spark: str = "",
 ) -> Path:
     """A ktm config relaying ``topics`` from ``source`` to ``target`` with fast, short retries."""
     routes = "\n".join(f'"{src}" = "{dst}"' for src, dst in topics.items())
     path.write_text(
-        f'[app]\n{app}\n\n[spark]\nepoch_duration = "{epoch}"\n\n[topics]\n{routes}\n\n'
+        f"[app]\n{app}\n\n[spark]\n{spark}\n\n[topics]\n{routes}\n\n"
         f'[[sources]]\nname = "{source_name}"\nservers = ["{source}"]\n\n'
         f"[source_pool]\n{FAST_RETRIES}\n\n"
         f'[target]\nservers = ["{target}"]\n{FAST_RETRIES}\n'

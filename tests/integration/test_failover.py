@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
-from relay.driver import Relay, RunSummary
-from relay.metrics import Metrics
+from relay.driver.runner import Relay, RunSummary
+from relay.driver.metrics import Metrics
 from tests.integration.relay_env import assert_exact_copy, provenance
 from tests.kafka_env import (
     NO_KILL_REASON,
@@ -58,7 +58,7 @@ def failover_config(
         f'[[sources]]\nname = "{n.name}"\nservers = ["{n.bootstrap}"]\n\n' for n in nodes
     )
     path.write_text(
-        f'[app]\nmetrics_addr = ""\n\n[spark]\nepoch_duration = "1s"\n\n'
+        f'[app]\nmetrics_addr = ""\n\n'
         f'[topics]\n"{topic}" = "{dest}"\n\n{sources}'
         f'[source_pool]\nhealthcheck_interval = "500ms"\nrequest_timeout = "500ms"\n'
         f"offset_lag_threshold = {threshold}\nmax_retries = {max_retries}\n"

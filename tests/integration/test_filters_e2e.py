@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
-from relay.driver import Relay, RunSummary
+from relay.driver.runner import Relay, RunSummary
 from relay.filters import FilterSpec, specs_from_config, validate_filters
-from relay.metrics import Metrics
+from relay.driver.metrics import Metrics
 from tests.integration.relay_env import (
     assert_exact_copy,
     committed_offsets,
@@ -169,8 +169,8 @@ def metric(metrics: Metrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
-def epochs_run(relay: Relay) -> int:
-    return int(metric(relay.metrics, "ktm_epoch_duration_seconds_count") or 0)
+def rounds_run(relay: Relay) -> int:
+    return int(metric(relay.metrics, "ktm_round_duration_seconds_count") or 0)
 
 
 # --- the real command -----------------------------------------------------------------------------
@@ -471,7 +471,7 @@ def test_dropped_last_records_are_not_read_again(source_broker, target_broker, s
     assert_holds_exactly(read_all(target_broker.bootstrap, dst), allowed(source, keep), src)
     assert (first.relayed, first.filtered) == (2 * 30, 2 * 10)
     # Nothing was read again: the dropped tail counts as done.
-    assert (second.relayed, second.filtered, second.epochs) == (0, 0, 0)
+    assert (second.relayed, second.filtered, second.rounds) == (0, 0, 0)
     assert committed_offsets(source_broker.bootstrap, group, src, 2) == {0: 40, 1: 40}
     consumed = [
         metric(second_metrics, "ktm_messages_consumed_total", source_topic=src,
@@ -654,14 +654,11 @@ def test_filter_error_with_on_error_skip_drops_and_counts_the_record(
 # --- 6. where filters are loaded ------------------------------------------------------------------
 
 
-def test_filter_is_loaded_once_per_worker_process_never_per_epoch(
+def test_filter_is_loaded_once_per_worker_process_never_per_round(
     source_broker, target_broker, spark, tmp_path
 ):
     src = create_topic(source_broker.bootstrap, unique_topic("pid-src"), partitions=2)
     dst = create_topic(target_broker.bootstrap, unique_topic("pid-dst"), partitions=2)
-    produce(
-        source_broker.bootstrap, src, [Record(value=b"v%d" % i, partition=i % 2) for i in range(40)]
-    )
     pid_file = tmp_path / "pids.log"
     filter_file = tmp_path / "pid_log.py"
     shutil.copy(FILES / "pid_log.py", filter_file)
@@ -674,15 +671,22 @@ def test_filter_is_loaded_once_per_worker_process_never_per_epoch(
         group=unique_topic("group"),
         filters=filter_section("pids", filter_file, {"id": "pids", "path": str(pid_file)}),
     )
-
-    relay = new_relay(conf, stop_at_end=False)  # validates the filter in this, the driver
+    specs = filter_specs(conf)  # validated in this, the driver
+    cfg = load_config(conf)
     # Executors compile the text the driver read: they never open the file.
     filter_file.unlink()
-    stop = relay.stop_event
 
-    run_alongside(relay, lambda: wait_for(lambda: epochs_run(relay) >= 4, 90, "4 epochs", stop))
+    rounds = 0
+    for run in range(3):  # three runs on the same workers, each with rounds of 2 tasks
+        records = [Record(value=b"v%d-%d" % (run, i), partition=i % 2) for i in range(40)]
+        produce(source_broker.bootstrap, src, records)
+        relay = Relay(
+            cfg, stop_at_end=True, stop_event=threading.Event(), metrics=Metrics(), filters=specs
+        )
+        relay.prepare()
+        relay.run()
+        rounds += rounds_run(relay)
 
-    epochs = epochs_run(relay)
     lines = [line.split() for line in pid_file.read_text().splitlines()]
     loads = Counter(int(pid) for what, pid in lines if what == "new")
     judged = Counter(int(pid) for what, pid in lines if what == "first")
@@ -691,10 +695,10 @@ def test_filter_is_loaded_once_per_worker_process_never_per_epoch(
     workers = loads - Counter({driver: 1})
     assert judged and all(pid != driver for pid in judged)
     assert set(judged) <= set(workers)
-    # Every worker loaded it once, however many of the >= 4 epochs x 2 tasks it ran.
+    # Every worker loaded it once, however many of the rounds' tasks it ran.
     assert all(n == 1 for n in workers.values()) and all(n == 1 for n in judged.values())
-    assert sum(workers.values()) < 2 * epochs
-    assert len(read_all(target_broker.bootstrap, dst)[0]) == 20
+    assert rounds >= 3 and sum(workers.values()) < 2 * rounds
+    assert len(read_all(target_broker.bootstrap, dst)[0]) == 60
 
 
 # --- 7. failover mode -----------------------------------------------------------------------------
@@ -734,7 +738,7 @@ def test_failover_after_kill_9_relays_the_allowed_records_once(
     create_topic(target.bootstrap, dest, 2)
     conf = tmp_path / "c.toml"
     conf.write_text(
-        f'[app]\nmetrics_addr = ""\n\n[spark]\nepoch_duration = "1s"\n\n'
+        f'[app]\nmetrics_addr = ""\n\n'
         f'[topics]\n"{topic}" = "{dest}"\n\n'
         f'[[sources]]\nname = "node1"\nservers = ["{node1.bootstrap}"]\n\n'
         f'[[sources]]\nname = "node2"\nservers = ["{node2.bootstrap}"]\n\n'
@@ -763,7 +767,7 @@ def test_failover_after_kill_9_relays_the_allowed_records_once(
             "every allowed record",
             stop,
         )
-        time.sleep(1.5)  # an epoch more: anything duplicated would show now
+        time.sleep(1.5)  # a while more: anything duplicated would show now
 
     run_alongside(relay, stream_and_kill)
 

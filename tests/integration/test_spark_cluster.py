@@ -79,7 +79,7 @@ def _relay(config: Path, master: str, stop_at_end: bool = True) -> subprocess.Po
     )
 
 
-def _setup(source_broker, target_broker, tmp_path, count: int, epoch: str = "2s"):
+def _setup(source_broker, target_broker, tmp_path, count: int):
     topic = create_topic(source_broker.bootstrap, unique_topic("cl"), 4)
     dest = create_topic(target_broker.bootstrap, unique_topic("cl-copy"), 4)
     produce(source_broker.bootstrap, topic, _records(count, 4))
@@ -88,7 +88,6 @@ def _setup(source_broker, target_broker, tmp_path, count: int, epoch: str = "2s"
         source=source_broker.bootstrap,
         target=target_broker.bootstrap,
         topics={topic: dest},
-        epoch="2s",
     )
     return topic, dest, config
 
@@ -119,9 +118,9 @@ def test_stop_at_end_on_a_standalone_cluster_delivers_everything_once(
 def test_losing_a_worker_mid_run_still_gives_exactly_once(
     standalone, source_broker, target_broker, tmp_path
 ):
-    # A continuous relay with a long epoch: once the first records are delivered, every task is
-    # certainly inside its epoch, so killing a worker makes Spark re-run its tasks.
-    topic, dest, config = _setup(source_broker, target_broker, tmp_path, 20_000, epoch="20s")
+    # A continuous relay: its tasks run until told to stop, so once the first records are
+    # delivered, killing a worker makes Spark re-run the tasks it was running.
+    topic, dest, config = _setup(source_broker, target_broker, tmp_path, 20_000)
     proc = _relay(config, standalone.master_url, stop_at_end=False)
     try:
         _wait(lambda: _count(target_broker.bootstrap, dest) >= 20_000, 180, proc, "first records")

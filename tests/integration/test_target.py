@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from relay.config import ClusterConfig, TargetConfig
-from relay.target import Producer
+from relay.clients.producer import Producer
 from tests.kafka_env import create_topic, read_all, unique_topic
 
 pytestmark = pytest.mark.timeout(60)

@@ -27,8 +27,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from relay.config import load_config
-from relay.driver import Relay, RunSummary
-from relay.metrics import Metrics
+from relay.driver.runner import Relay, RunSummary
+from relay.driver.metrics import Metrics
 from tests.integration.relay_env import FAST_RETRIES, assert_exact_copy, provenance
 from tests.kafka_env import (
     Record,
@@ -252,7 +252,7 @@ def committed_tls(cluster: TlsCluster, group_id: str, topic: str, partitions: in
 def write_config(path: Path, *, source: str, target: str, topic: str, dest: str) -> Path:
     """`source`/`target`: the connection keys of each side, including `servers`."""
     path.write_text(
-        f'[app]\nmetrics_addr = ""\n\n[spark]\nepoch_duration = "1s"\n\n'
+        f'[app]\nmetrics_addr = ""\n\n'
         f'[topics]\n"{topic}" = "{dest}"\n\n'
         f'[[sources]]\nname = "src"\n{source}\n\n'
         f'[source_pool]\nrequest_timeout = "500ms"\n{FAST_RETRIES}\n\n'

@@ -109,8 +109,8 @@ def test_help_imports_neither_spark_nor_kafka() -> None:
             id="bad-value",
         ),
         pytest.param(
-            VALID + '[spark]\nepoch_duration = "fast"\n',
-            ("[spark].epoch_duration", '"fast"'),
+            VALID + '[spark]\nrebalance_interval = "fast"\n',
+            ("[spark].rebalance_interval", '"fast"'),
             id="bad-duration",
         ),
         pytest.param(VALID + "[taget]\nx = 1\n", ("taget", "unknown key"), id="unknown-section"),

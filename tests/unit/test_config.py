@@ -72,7 +72,9 @@ def test_defaults_of_every_key(tmp_path: Path) -> None:
     assert config.app == AppConfig(
         log_level="info", metrics_addr=("127.0.0.1", 7081), group_id="ktm", stuck_after=120.0
     )
-    assert config.spark == SparkConfig(master=None, app_name="ktm", epoch_duration=5.0, conf=())
+    assert config.spark == SparkConfig(
+        master=None, app_name="ktm", slots=0, rebalance_interval=30.0, control_port=0, conf=()
+    )
     assert config.topics == (TopicRoute(source="demo", target="demo-copy", partition=None),)
     assert config.sources == (
         ClusterConfig(
@@ -121,7 +123,9 @@ stuck_after = "30s"
 [spark]
 master = "local[3]"
 app_name = "mirror-app"
-epoch_duration = "1.5s"
+slots = 6
+rebalance_interval = "1m"
+control_port = 7090
 
 [spark.conf]
 "spark.ui.enabled" = false
@@ -203,7 +207,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert config.spark == SparkConfig(
         master="local[3]",
         app_name="mirror-app",
-        epoch_duration=1.5,
+        slots=6,
+        rebalance_interval=60.0,
+        control_port=7090,
         conf=(
             ("spark.executor.memory", "2g"),
             ("spark.task.maxFailures", "4"),
@@ -615,15 +621,19 @@ ERRORS = [
     pytest.param("extra", "[spark]\nmaster = 4", ["[spark].master", "4"], id="master-type"),
     pytest.param(
         "extra",
-        '[spark]\nepoch_duration = "0s"',
-        ['[spark].epoch_duration: expected a duration > 0 and <= 600s, got "0s"'],
-        id="epoch-zero",
+        '[spark]\nepoch_duration = "5s"',
+        ["[spark].epoch_duration: removed in ktm 0.2", "rebalance_interval"],
+        id="epoch-removed",
     ),
     pytest.param(
         "extra",
-        '[spark]\nepoch_duration = "11m"',
-        ["[spark].epoch_duration", '"11m"'],
-        id="epoch-long",
+        '[spark]\nrebalance_interval = "0s"',
+        ['[spark].rebalance_interval: expected a duration > 0, got "0s"'],
+        id="rebalance-zero",
+    ),
+    pytest.param("extra", "[spark]\nslots = -1", ["[spark].slots", "-1"], id="slots-negative"),
+    pytest.param(
+        "extra", "[spark]\ncontrol_port = 70000", ["[spark].control_port", "70000"], id="port"
     ),
     pytest.param(
         "extra",

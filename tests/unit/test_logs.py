@@ -10,11 +10,11 @@ from relay.logs import setup_logging
 
 def test_json_format_writes_one_object_per_line(capsys) -> None:
     setup_logging("info", fmt="json")
-    logging.getLogger("relay.driver").info("epoch %d: %d records", 3, 500)
+    logging.getLogger("relay.driver").info("round %d: %d records", 3, 500)
     line = capsys.readouterr().err.strip()
     entry = json.loads(line)
     assert entry["level"] == "info" and entry["logger"] == "relay.driver"
-    assert entry["msg"] == "epoch 3: 500 records" and "ts" in entry
+    assert entry["msg"] == "round 3: 500 records" and "ts" in entry
 
 
 def test_library_noise_stays_out_unless_debug(capsys) -> None:

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from relay.errors import ConfigError
-from relay.metrics import Metrics, MetricsServer
+from relay.driver.metrics import Metrics, MetricsServer
 
 
 def get(port: int, path: str) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""Planning: partition routes, provenance headers, resume points."""
+"""Planning: partition routes, provenance headers, resume points (the next-offset rule)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,10 @@ from collections import namedtuple
 import pytest
 
 from relay.config import TopicRoute
+from relay.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
-from relay.plan import (
-    PROVENANCE_HEADER,
-    PartitionRoute,
-    choose_start,
-    last_relayed,
-    parse_provenance,
-    plan_routes,
-    provenance_prefix,
-)
+from relay.resume import choose_start, delivered_in
+from relay.spec import PROVENANCE_HEADER, PartitionRoute, parse_provenance, provenance_prefix
 
 Rec = namedtuple("Rec", "headers")
 
@@ -68,27 +62,33 @@ def test_plan_routes_refuses_what_would_lose_records(route, source, target, mess
     assert message in str(err.value)
 
 
-def test_last_relayed_takes_the_highest_offset_per_wanted_partition() -> None:
+def _nexts(records, wanted) -> dict:
+    return {key: d.next_offset for key, d in delivered_in(records, wanted).items()}
+
+
+def test_delivered_takes_the_highest_offset_per_wanted_partition() -> None:
     records = [_prov("a", 0, 5), _prov("a", 1, 9), _prov("a", 0, 6), _prov("b", 0, 99), Rec([])]
-    assert last_relayed(records, {("a", 0), ("a", 1)}) == {("a", 0): 6, ("a", 1): 9}
+    assert _nexts(records, {("a", 0), ("a", 1)}) == {("a", 0): 7, ("a", 1): 10}
+    last = delivered_in(records, {("a", 0)})[("a", 0)]
+    assert (last.offset, last.record) == (6, records[2])
 
 
-def test_last_relayed_matches_any_node_name() -> None:
+def test_delivered_matches_any_node_name() -> None:
     # Failover nodes carry different names but the same offsets: the node is not part of the key.
     records = [_prov("a", 0, 5, cluster="node1"), _prov("a", 0, 8, cluster="node2")]
-    assert last_relayed(records, {("a", 0)}) == {("a", 0): 8}
+    assert _nexts(records, {("a", 0)}) == {("a", 0): 9}
 
 
 def test_choose_start_prefers_the_latest_safe_point() -> None:
-    assert choose_start(("a", 0), None, None, 3, 10).offset == 3
-    assert choose_start(("a", 0), 4, None, 0, 10).offset == 5
+    assert choose_start(("a", 0), None, None, 3, 10).next_offset == 3
+    assert choose_start(("a", 0), 5, None, 0, 10).next_offset == 5
     # filtered tail: the committed offset is past the last delivered record
-    point = choose_start(("a", 0), 4, 8, 0, 10)
-    assert (point.offset, point.reason) == (8, "committed")
+    point = choose_start(("a", 0), 5, 8, 0, 10)
+    assert (point.next_offset, point.reason) == (8, "committed")
     # retention removed the old records: start at the log start
-    assert choose_start(("a", 0), 4, None, 7, 10).offset == 7
+    assert choose_start(("a", 0), 5, None, 7, 10).next_offset == 7
 
 
 def test_choose_start_refuses_a_destination_ahead_of_the_source() -> None:
     with pytest.raises(KafkaSetupError, match="recreated"):
-        choose_start(("a", 0), 50, None, 0, 10)
+        choose_start(("a", 0), 51, None, 0, 10)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from relay.failover import NodeView
-from relay.metrics import Metrics
-from relay.plan import PartitionRoute, TaskResult
-from relay.progress import eta, plain_line, render
-from relay.status import Status
+from relay.driver.failover import NodeView
+from relay.driver.metrics import Metrics
+from relay.driver.progress import eta, plain_line, render
+from relay.driver.status import Status
+from relay.spec import PartitionProgress, PartitionRoute
 
 ROUTES = [
     PartitionRoute("orders", 0, "orders-copy", 0),
@@ -37,26 +37,17 @@ def make_status(stops: dict | None = None) -> tuple[Status, Clock, Metrics]:
     return status, clock, metrics
 
 
-def result(partition: int, start: int, nxt: int, **kw) -> TaskResult:
-    return TaskResult(key=("orders", partition), start=start, next_offset=nxt, elapsed=2.0, **kw)
+def progress(partition: int, nxt: int, **kw) -> PartitionProgress:
+    return PartitionProgress(key=("orders", partition), next_offset=nxt, **kw)
 
 
-def test_epoch_results_update_counts_lag_and_metrics() -> None:
-    status, _, metrics = make_status()
-    status.record_epoch(
-        [
-            result(
-                0,
-                0,
-                60,
-                consumed=60,
-                produced=50,
-                filtered={"pii": 10},
-                highwater=120,
-                latencies=(0.2, 0.3),
-            )
-        ],
-        wall=2.5,
+def test_reports_update_counts_lag_and_metrics() -> None:
+    status, clock, metrics = make_status()
+    clock.now += 2.0
+    status.apply(
+        (1, 0, 0),
+        [progress(0, 60, consumed=60, produced=50, filtered=(("pii", 10),), highwater=120)],
+        latencies=(0.2, 0.3),
     )
     snap = status.snapshot()
     assert (snap.relayed, snap.filtered, snap.lag) == (50, 10, 60)
@@ -82,12 +73,40 @@ def test_epoch_results_update_counts_lag_and_metrics() -> None:
         == 60
     )
     assert metrics.registry.get_sample_value("ktm_replication_latency_seconds_count") == 2
-    assert metrics.registry.get_sample_value("ktm_epoch_overhead_seconds_total") == 0.5
+
+
+def test_cumulative_reports_count_once_even_when_repeated() -> None:
+    status, _, metrics = make_status()
+    status.apply((1, 0, 0), [progress(0, 10, consumed=10, produced=10)])
+    status.apply((1, 0, 0), [progress(0, 30, consumed=30, produced=30)])
+    # the same totals again (the final report, then the Spark result): nothing new
+    status.apply((1, 0, 0), [progress(0, 30, consumed=30, produced=30)])
+    # Spark retried the task (a lost executor): a new attempt counts from zero
+    status.apply((1, 0, 1), [progress(0, 35, consumed=5, produced=5)])
+    assert status.snapshot().relayed == 35
+    labels = {
+        "source_topic": "orders",
+        "source_partition": "0",
+        "target_topic": "orders-copy",
+        "target_partition": "0",
+    }
+    assert metrics.registry.get_sample_value("ktm_messages_produced_total", labels) == 35
+    assert status.next_offsets()[("orders", 0)] == 35
+
+
+def test_rounds_are_counted_by_reason() -> None:
+    status, _, metrics = make_status()
+    status.record_round(12.0, "rebalance")
+    status.record_round(3.0, "stop")
+    assert status.rounds == 2
+    value = metrics.registry.get_sample_value("ktm_rounds_total", {"reason": "rebalance"})
+    assert value == 1
+    assert metrics.registry.get_sample_value("ktm_round_duration_seconds_sum") == 15.0
 
 
 def test_skipped_filter_errors_are_counted_apart() -> None:
     status, _, metrics = make_status()
-    status.record_epoch([result(0, 0, 5, filtered={"pii:error": 2})], wall=2.0)
+    status.apply((1, 0, 0), [progress(0, 5, filtered=(("pii", 2),), filter_errors=(("pii", 2),))])
     labels = {"filter": "pii", "source_topic": "orders"}
     assert metrics.registry.get_sample_value("ktm_filter_errors_total", labels) == 2
     assert metrics.registry.get_sample_value("ktm_messages_filtered_total", labels) == 2
@@ -97,7 +116,7 @@ def test_health_is_ok_while_progressing_and_when_idle_at_the_end() -> None:
     status, clock, _ = make_status()
     clock.now += 30
     assert status.health()[0]
-    status.record_epoch([result(0, 0, 100, produced=100)], wall=2.0)
+    status.apply((1, 0, 0), [progress(0, 100, produced=100)])
     clock.now += 3600  # no lag left: idle at the end is healthy
     ok, detail = status.health()
     assert ok and detail["lag"] == 0
@@ -128,8 +147,9 @@ def test_health_checks_keep_lag_current() -> None:
 
 
 def test_plain_line_and_eta_for_stop_at_end() -> None:
-    status, _, _ = make_status(stops={("orders", 0): 100, ("orders", 1): 10})
-    status.record_epoch([result(0, 0, 50, produced=50)], wall=2.0)
+    status, clock, _ = make_status(stops={("orders", 0): 100, ("orders", 1): 10})
+    clock.now += 2.0
+    status.apply((1, 0, 0), [progress(0, 50, produced=50)])
     snap = status.snapshot()
     assert snap.remaining == 50 and eta(snap) == 2.0
     line = plain_line(snap)
@@ -142,8 +162,9 @@ def test_plain_line_and_eta_for_stop_at_end() -> None:
 
 
 def test_the_live_table_renders_every_partition_and_the_bar() -> None:
-    status, _, _ = make_status(stops={("orders", 0): 100, ("orders", 1): 10})
-    status.record_epoch([result(0, 0, 50, produced=50)], wall=2.0)
+    status, clock, _ = make_status(stops={("orders", 0): 100, ("orders", 1): 10})
+    clock.now += 2.0
+    status.apply((1, 0, 0), [progress(0, 50, produced=50)])
     console = Console(record=True, width=120, force_terminal=True)
     console.print(render(status.snapshot()))
     text = console.export_text()

@@ -1,0 +1,328 @@
+"""The control channel between running tasks and the driver: live progress up, "stop" down.
+
+Spark returns a task's result only when the task ends, and a relay task runs until the driver
+stops it, so tasks report over this small channel instead. Each task connects to a TCP server on
+the driver (executors must reach the driver anyway, so this works on a real cluster), proves it
+belongs to this run with a per-run token, then sends its cumulative progress every
+`report_interval`; the driver answers each report with a lease renewal, and may send "stop" at
+any time. Messages are JSON lines: no secrets travel (offsets and counts only) and nothing is
+unpickled from the network.
+
+Why not let tasks commit source offsets and have the driver poll them? That gives progress only
+(no way to say "stop"), costs an OffsetCommit plus an OffsetFetch per second against the source
+cluster for every task, and its resolution is the commit interval. Measured in
+scripts/bench_channel.py.
+
+The lease is what keeps a cut-off task from writing: a task that has not heard from the driver
+for `lease` seconds (driver frozen, killed, or partitioned away) stops producing on its own.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from relay.spec import ChannelAddress, GroupResult, PartitionProgress, TaskError
+
+log = logging.getLogger(__name__)
+
+MAX_LINE = 4 * 1024 * 1024  # a report for thousands of partitions still fits
+HELLO_TIMEOUT = 5.0
+SEND_TIMEOUT = 2.0
+
+
+# ---- messages ---------------------------------------------------------------------------------
+
+
+def encode_progress(parts: Iterable[PartitionProgress]) -> list[list[Any]]:
+    return [
+        [
+            p.key[0],
+            p.key[1],
+            p.next_offset,
+            p.consumed,
+            p.produced,
+            p.produced_bytes,
+            p.highwater,
+            p.reached_stop,
+            [list(item) for item in p.filtered],
+            [list(item) for item in p.filter_errors],
+        ]
+        for p in parts
+    ]
+
+
+def decode_progress(rows: list[list[Any]]) -> tuple[PartitionProgress, ...]:
+    return tuple(
+        PartitionProgress(
+            key=(str(r[0]), int(r[1])),
+            next_offset=int(r[2]),
+            consumed=int(r[3]),
+            produced=int(r[4]),
+            produced_bytes=int(r[5]),
+            highwater=None if r[6] is None else int(r[6]),
+            reached_stop=bool(r[7]),
+            filtered=tuple((str(f), int(n)) for f, n in r[8]),
+            filter_errors=tuple((str(f), int(n)) for f, n in r[9]),
+        )
+        for r in rows
+    )
+
+
+def encode_result(result: GroupResult) -> dict[str, Any]:
+    error = result.error
+    return {
+        "round": result.round_id,
+        "task": result.task_id,
+        "attempt": result.attempt,
+        "parts": encode_progress(result.partitions),
+        "error": None
+        if error is None
+        else [error.kind, error.message, error.retriable, list(error.key) if error.key else None],
+        "elapsed": result.elapsed,
+        "pid": result.worker_pid,
+        "lat": list(result.latencies),
+    }
+
+
+def decode_result(data: dict[str, Any]) -> GroupResult:
+    error = None
+    if data.get("error"):
+        kind, message, retriable, key = data["error"]
+        error = TaskError(str(kind), str(message), bool(retriable), tuple(key) if key else None)
+    return GroupResult(
+        round_id=int(data["round"]),
+        task_id=int(data["task"]),
+        attempt=int(data["attempt"]),
+        partitions=decode_progress(data["parts"]),
+        error=error,
+        elapsed=float(data.get("elapsed", 0.0)),
+        worker_pid=int(data.get("pid", 0)),
+        latencies=tuple(float(x) for x in data.get("lat", ())),
+    )
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+def _lines(sock: socket.socket, closed: threading.Event) -> Iterable[dict[str, Any]]:
+    """JSON messages from a socket until EOF or `closed`; a line too long or not JSON ends the
+    stream. The socket keeps one timeout for sending and receiving (two threads use it, and a
+    timeout change would flip the descriptor's blocking mode under the other one)."""
+    buffer = b""
+    while not closed.is_set():
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield json.loads(line)
+        if len(buffer) > MAX_LINE:
+            raise ValueError("message too long")
+
+
+# ---- driver side ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Report:
+    """A task's message as the driver sees it: live progress, or its final result."""
+
+    round_id: int
+    task_id: int
+    attempt: int
+    result: GroupResult
+    final: bool
+
+
+class ControlServer:
+    """Accepts task connections, hands their reports to `on_report`, renews their leases while
+    `renewing`, and tells every task of a round to stop when asked."""
+
+    def __init__(
+        self, host: str, port: int, token: str, lease: float, on_report: Callable[[Report], None]
+    ):
+        self._token = token
+        self.lease = lease
+        self.renewing = True  # False: answer without renewing (the driver lost its right to write)
+        self._on_report = on_report
+        self._lock = threading.Lock()
+        self._conns: dict[tuple[int, int, int], socket.socket] = {}
+        self._stopped_rounds: set[int] = set()
+        self._listener = socket.create_server((host, port))
+        self._listener.settimeout(0.5)
+        self.address = ChannelAddress(host, self._listener.getsockname()[1], token)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept_loop, name="ktm-channel", daemon=True)
+        self._thread.start()
+
+    def stop_round(self, round_id: int) -> None:
+        """Tell every task of the round to stop (and any that connects later)."""
+        with self._lock:
+            self._stopped_rounds.add(round_id)
+            conns = [c for (r, _, _), c in self._conns.items() if r == round_id]
+        for conn in conns:
+            self._answer(conn, round_id)
+
+    def connected(self, round_id: int) -> int:
+        with self._lock:
+            return sum(1 for r, _, _ in self._conns if r == round_id)
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._thread.join(timeout=2)
+        self._listener.close()
+        with self._lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            _close_socket(conn)
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        ident = None
+        try:
+            conn.settimeout(HELLO_TIMEOUT)
+            hello = _first_line(conn)
+            ident = self._hello(hello)
+            if ident is None:
+                return
+            conn.settimeout(SEND_TIMEOUT)
+            messages = _lines(conn, self._closed)
+            with self._lock:
+                self._conns[ident] = conn
+            self._answer(conn, ident[0])
+            for message in messages:
+                self._receive(ident, message)
+                self._answer(conn, ident[0])
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            log.debug("channel connection %s ended: %s", ident, exc)
+        finally:
+            if ident is not None:
+                with self._lock:
+                    if self._conns.get(ident) is conn:
+                        del self._conns[ident]
+            _close_socket(conn)
+
+    def _hello(self, message: dict[str, Any] | None) -> tuple[int, int, int] | None:
+        token = str((message or {}).get("token", ""))
+        if not hmac.compare_digest(token.encode(), self._token.encode()):
+            log.warning("control channel: refused a connection without this run's token")
+            return None
+        assert message is not None
+        return int(message["round"]), int(message["task"]), int(message["attempt"])
+
+    def _receive(self, ident: tuple[int, int, int], message: dict[str, Any]) -> None:
+        result = decode_result(message["result"])
+        self._on_report(Report(*ident, result=result, final=bool(message.get("final"))))
+
+    def _answer(self, conn: socket.socket, round_id: int) -> None:
+        with self._lock:
+            stop = round_id in self._stopped_rounds
+        answer: dict[str, Any] = {"stop": stop}
+        if self.renewing:
+            answer["lease"] = self.lease
+        try:
+            _send(conn, answer)
+        except OSError as exc:
+            log.debug("channel answer failed: %s", exc)
+
+
+def _first_line(conn: socket.socket) -> dict[str, Any] | None:
+    """The hello, read byte-wise so nothing after it is consumed; None if it does not come."""
+    line = b""
+    while len(line) < 4096:
+        byte = conn.recv(1)
+        if not byte:
+            return None
+        if byte == b"\n":
+            parsed = json.loads(line)
+            return parsed if isinstance(parsed, dict) else None
+        line += byte
+    return None
+
+
+def _close_socket(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+# ---- executor side ----------------------------------------------------------------------------
+
+
+class ChannelClient:
+    """A task's end of the channel. `should_stop` turns true when the driver says stop, or when
+    the driver is `lost`: the connection broke, or the lease ran out without a renewal."""
+
+    def __init__(self, address: ChannelAddress, hello: dict[str, Any], lease: float):
+        self._sock = socket.create_connection((address.host, address.port), timeout=HELLO_TIMEOUT)
+        self._sock.settimeout(SEND_TIMEOUT)
+        self._lease_until = time.monotonic() + lease
+        self._stop = threading.Event()
+        self._closed = threading.Event()
+        self.reason = ""
+        self.lost = False  # True: stopping because the driver is gone, not because it said so
+        self._send_lock = threading.Lock()
+        _send(self._sock, {**hello, "token": address.token})
+        self._reader = threading.Thread(target=self._read, name="ktm-channel", daemon=True)
+        self._reader.start()
+
+    @property
+    def should_stop(self) -> bool:
+        if not self._stop.is_set() and time.monotonic() > self._lease_until:
+            self._halt("the driver's lease ran out", lost=True)
+        return self._stop.is_set()
+
+    def report(self, result: GroupResult, final: bool = False) -> None:
+        try:
+            with self._send_lock:
+                _send(self._sock, {"result": encode_result(result), "final": final})
+        except OSError as exc:
+            self._halt(f"cannot report to the driver: {exc}", lost=True)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._reader.join(timeout=SEND_TIMEOUT + 1)
+        _close_socket(self._sock)
+
+    def _read(self) -> None:
+        try:
+            for message in _lines(self._sock, self._closed):
+                if "lease" in message:
+                    self._lease_until = time.monotonic() + float(message["lease"])
+                if message.get("stop"):
+                    self._halt("the driver asked to stop")
+        except (OSError, ValueError) as exc:
+            self._halt(f"lost the driver: {exc}", lost=True)
+            return
+        self._halt("the driver closed the channel", lost=True)
+
+    def _halt(self, reason: str, lost: bool = False) -> None:
+        if not self._stop.is_set():
+            self.reason, self.lost = reason, lost
+            self._stop.set()

@@ -1,0 +1,47 @@
+"""How ktm's config maps onto kafka-python client settings, and how errors name a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.errors import KafkaError
+
+from relay.config import ClusterConfig
+
+# kafka-python's names for the SASL mechanisms ktm accepts (the same strings Kafka uses).
+_SECURITY_PROTOCOL = {(False, False): "PLAINTEXT", (False, True): "SSL"}
+_SECURITY_PROTOCOL.update({(True, False): "SASL_PLAINTEXT", (True, True): "SASL_SSL"})
+
+
+def client_settings(cluster: ClusterConfig, request_timeout: float = 10.0) -> dict[str, Any]:
+    """Map a cluster's auth/TLS keys onto kafka-python client settings."""
+    settings: dict[str, Any] = {
+        "bootstrap_servers": list(cluster.servers),
+        "client_id": "ktm",
+        "request_timeout_ms": int(request_timeout * 1000) + 500,
+        "bootstrap_timeout_ms": int(request_timeout * 1000),
+        "reconnect_backoff_max_ms": 2000,
+    }
+    sasl = cluster.sasl_mechanism is not None
+    settings["security_protocol"] = _SECURITY_PROTOCOL[(sasl, cluster.tls)]
+    if sasl:
+        settings["sasl_mechanism"] = cluster.sasl_mechanism
+        settings["sasl_plain_username"] = cluster.username
+        settings["sasl_plain_password"] = cluster.password.value if cluster.password else None
+    if cluster.tls:
+        settings["ssl_cafile"] = cluster.ca_cert_path
+        settings["ssl_certfile"] = cluster.client_cert_path
+        settings["ssl_keyfile"] = cluster.client_key_path
+    return settings
+
+
+def describe(cluster: ClusterConfig) -> str:
+    """How errors name a cluster: its name and its addresses (never its credentials)."""
+    return f"{cluster.name} ({','.join(cluster.servers)})"
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Retry connection trouble and Kafka errors that say they are retriable; nothing else."""
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))

@@ -1,0 +1,87 @@
+"""Partition groups: which partitions each task of a round serves.
+
+A round runs at most one task per task slot, and a task serves a group of partitions with one
+consumer and one producer. Groups are balanced by expected work (backlog, plus what the partition
+receives while the round runs), sticky (a partition stays in the group it was in when that costs
+little balance), and complete: every pending partition is in some group, so none starves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from relay.spec import SourcePartition
+
+HORIZON = 10.0  # seconds of incoming records a partition is expected to bring during a round
+STICKY_SLACK = 0.25  # a partition stays in its old group while that group is < 125% of fair
+REPLAN_RATIO = 1.5  # re-plan when the busiest group carries 1.5x what a fresh plan would give
+REPLAN_MIN_SECONDS = 3.0  # ... and that saves at least this much work (a re-plan costs ~0.5 s)
+
+
+@dataclass(frozen=True)
+class Load:
+    key: SourcePartition
+    backlog: int  # records behind the source end
+    rate: float = 0.0  # records/s relayed recently
+
+    @property
+    def weight(self) -> float:
+        # +1: with no backlog and no rate every partition still counts, so counts balance.
+        return self.backlog + self.rate * HORIZON + 1
+
+
+Groups = list[tuple[SourcePartition, ...]]
+
+
+def plan_groups(
+    loads: Sequence[Load], slots: int, previous: Mapping[SourcePartition, int] | None = None
+) -> Groups:
+    """At most `slots` non-empty groups, heaviest partitions placed first (LPT), each partition
+    kept in its previous group index while that group stays near its fair share."""
+    count = min(max(slots, 1), len(loads))
+    if count == 0:
+        return []
+    fair = sum(load.weight for load in loads) / count
+    groups: list[list[SourcePartition]] = [[] for _ in range(count)]
+    weight = [0.0] * count
+    for load in sorted(loads, key=lambda item: (-item.weight, item.key)):
+        old = (previous or {}).get(load.key)
+        if (
+            old is not None
+            and old < count
+            and weight[old] + load.weight <= fair * (1 + STICKY_SLACK)
+        ):
+            index = old
+        else:
+            index = min(range(count), key=lambda i: (weight[i], len(groups[i]), i))
+        groups[index].append(load.key)
+        weight[index] += load.weight
+    return [tuple(sorted(group)) for group in groups if group]
+
+
+def group_index(groups: Groups) -> dict[SourcePartition, int]:
+    return {key: index for index, group in enumerate(groups) for key in group}
+
+
+def busiest(groups: Groups, loads: Mapping[SourcePartition, Load]) -> float:
+    """Expected work of the most loaded group: what bounds how soon the round's work is done."""
+    totals = [sum(loads[k].weight for k in group if k in loads) for group in groups]
+    return max(totals, default=0.0)
+
+
+def worth_replanning(
+    current: Groups, loads: Mapping[SourcePartition, Load], slots: int, rate_per_task: float
+) -> bool:
+    """True when stopping the round and planning afresh finishes the work clearly sooner.
+
+    `current` holds only the partitions still pending (finished ones removed), so a task that is
+    done shows as an empty group: its slot idles while others have a backlog to share.
+    """
+    pending = [loads[k] for group in current for k in group if k in loads]
+    if len(pending) < 2:
+        return False
+    now = busiest(current, loads)
+    fresh = busiest(plan_groups(pending, slots, group_index(current)), loads)
+    saved_seconds = (now - fresh) / max(rate_per_task, 1.0)
+    return now > fresh * REPLAN_RATIO and saved_seconds >= REPLAN_MIN_SECONDS

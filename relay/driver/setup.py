@@ -1,0 +1,98 @@
+"""Start-up: check the clusters and topics, pick the source node, find every next offset.
+
+Everything here runs before any record moves, with bounded retries: a cluster that never
+answered is most likely a wrong address, so even `max_retries = -1` gives up after a few tries.
+Errors name the cluster by its name and addresses, never its credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from relay.clients import admin
+from relay.clients.settings import describe, is_retriable
+from relay.config import Config
+from relay.driver.failover import SourcePool
+from relay.driver.metrics import Metrics
+from relay.driver.plan import plan_routes
+from relay.driver.retry import policy_for, retrying
+from relay.errors import KafkaSetupError
+from relay.resume import destination_next_offsets, resume_points, source_offsets
+from relay.spec import PartitionRoute, SourcePartition
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Plan:
+    routes: list[PartitionRoute]
+    next_offsets: dict[SourcePartition, int]  # where each source partition resumes
+    ends: dict[SourcePartition, int]  # the active node's real end offsets now
+    stops: dict[SourcePartition, int] | None  # --stop-at-end targets
+
+
+class Startup:
+    def __init__(self, cfg: Config, pool: SourcePool, stop: threading.Event, metrics: Metrics):
+        self.cfg, self.pool, self.stop, self.metrics = cfg, pool, stop, metrics
+        self.timeout = cfg.source_pool.request_timeout * 5 + 5
+
+    def plan(
+        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None = None
+    ) -> Plan:
+        cfg, target = self.cfg, self.cfg.target.cluster
+        names = [r.source for r in cfg.topics]
+        src_counts = self.call("source", lambda: self.pool.partition_counts(names, self.timeout))
+        dst_counts = self.call(
+            "target",
+            lambda: admin.partition_counts(target, [r.target for r in cfg.topics], self.timeout),
+        )
+        routes = plan_routes(
+            cfg.topics, src_counts, dst_counts, self.pool.describe_all(), describe(target)
+        )
+        if on_routes is not None:
+            on_routes(routes)
+        at_destination = self.call(
+            "target", lambda: destination_next_offsets(target, routes, self.timeout)
+        )
+        self.call("source", lambda: self.pool.start([r.key for r in routes], at_destination))
+        source = self.pool.active
+        offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
+        points = self.call(
+            "source",
+            lambda: resume_points(
+                source, routes, cfg.app.group_id, offsets, at_destination, self.timeout
+            ),
+        )
+        stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
+        nexts = {key: point.next_offset for key, point in points.items()}
+        return Plan(routes, nexts, dict(offsets.end), stops)
+
+    def call(self, side: str, fn: Callable[[], T]) -> T:
+        """`fn` with start-up retries on retriable errors; one clear error at the end."""
+        policy = policy_for(self.cfg, side).bounded()
+        if side == "source":
+            where = "source " + self.pool.describe_all()
+        else:
+            where = describe(self.cfg.target.cluster)
+        try:
+            for attempt in retrying(lambda _: policy, is_retriable, self.stop, self.metrics):
+                with attempt:
+                    return fn()
+        except admin.TLSHandshakeError as exc:
+            raise KafkaSetupError(f"{where}: {exc}") from exc
+        except KafkaSetupError:
+            raise
+        except Exception as exc:
+            if is_retriable(exc):
+                tries = policy.max_retries + 1
+                raise KafkaSetupError(
+                    f"{where}: unreachable after {tries} attempt{'s' if tries > 1 else ''}: {exc}"
+                ) from exc
+            raise KafkaSetupError(f"{where}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover - reraise=True

@@ -1,0 +1,115 @@
+"""What the driver and the executors exchange: routes, task specs, results, the provenance header.
+
+Shared by both sides and pure (no Kafka, no Spark). Specs and results are small frozen
+dataclasses: Spark pickles a spec to an executor and the result back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from relay.config import ClusterConfig, TargetConfig
+from relay.filters import FilterSpec
+
+PROVENANCE_HEADER = "ktm.src"
+
+SourcePartition = tuple[str, int]  # (source topic, partition)
+
+
+def provenance_prefix(cluster: str, topic: str, partition: int) -> bytes:
+    """Header value up to the offset: `cluster/topic/partition/`. Topic names cannot hold '/'."""
+    return f"{cluster}/{topic}/{partition}/".encode()
+
+
+def parse_provenance(value: bytes) -> tuple[str, str, int, int] | None:
+    """(cluster, topic, partition, offset) from a header value, None if it is not ktm's."""
+    try:
+        cluster, topic, partition, offset = value.decode().rsplit("/", 3)
+        return cluster, topic, int(partition), int(offset)
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class PartitionRoute:
+    topic: str
+    partition: int
+    target_topic: str
+    target_partition: int
+
+    @property
+    def key(self) -> SourcePartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class PartitionWork:
+    """One source partition of a task: relay from `start` (the next offset, the first one not
+    yet at the destination) up to `stop` (exclusive; None: until told to stop)."""
+
+    route: PartitionRoute
+    start: int
+    stop: int | None = None
+
+
+@dataclass(frozen=True)
+class ChannelAddress:
+    """Where a task reports its progress and hears "stop" (see relay.channel)."""
+
+    host: str
+    port: int
+    token: str = field(repr=False)  # per run; proves a connection comes from this run's tasks
+
+
+@dataclass(frozen=True)
+class GroupTask:
+    """Everything one executor task needs to relay a group of partitions; pickled to it."""
+
+    round_id: int
+    task_id: int
+    source: ClusterConfig
+    target: TargetConfig
+    partitions: tuple[PartitionWork, ...]
+    group_id: str  # the source consumer group offsets are committed to
+    channel: ChannelAddress
+    lease: float  # seconds without a word from the driver after which the task stops writing
+    report_interval: float = 0.5
+    filters: tuple[FilterSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """One partition's totals since the task attempt started (cumulative, so a lost report
+    costs nothing: the next one carries everything)."""
+
+    key: SourcePartition
+    next_offset: int  # first source offset NOT yet acknowledged by the destination
+    consumed: int = 0
+    produced: int = 0
+    produced_bytes: int = 0
+    highwater: int | None = None
+    reached_stop: bool = False
+    filtered: tuple[tuple[str, int], ...] = ()  # (filter id, records it dropped)
+    filter_errors: tuple[tuple[str, int], ...] = ()  # (filter id, records it raised on, skipped)
+
+
+@dataclass(frozen=True)
+class TaskError:
+    kind: str  # "source", "target", "filter", "internal", "channel"
+    message: str
+    retriable: bool
+    key: SourcePartition | None = None  # the partition it concerns, when known
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """What a task reports when it ends (the same shape as its live reports, plus the end)."""
+
+    round_id: int
+    task_id: int
+    attempt: int
+    partitions: tuple[PartitionProgress, ...]
+    error: TaskError | None = None
+    elapsed: float = 0.0
+    worker_pid: int = 0
+    latencies: tuple[float, ...] = ()  # sampled source-timestamp -> destination-ack seconds
