@@ -307,8 +307,12 @@ class ChannelClient:
 
     def close(self) -> None:
         self._closed.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader's recv at once
+        except OSError:
+            pass
         self._reader.join(timeout=SEND_TIMEOUT + 1)
-        _close_socket(self._sock)
+        self._sock.close()
 
     def _read(self) -> None:
         try:

@@ -8,7 +8,7 @@ the destination acknowledged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
@@ -19,7 +19,7 @@ from relay.config import ClusterConfig
 
 TP = tuple[str, int]
 
-COMMIT_TIMEOUT_MS = 1500  # a dead source node must not hold a task's stop hostage
+COMMIT_TIMEOUT_MS = 1000  # a dead source node must not hold a task's stop hostage
 
 
 class GroupReader:
@@ -75,11 +75,23 @@ class GroupReader:
         self._consumer.pause(self._tps[key])
 
     def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit and wait (bounded): the last commit of a task."""
         if offsets:
-            self._consumer.commit(
-                {self._tps[k]: OffsetAndMetadata(o, "", -1) for k, o in offsets.items()},
-                timeout_ms=COMMIT_TIMEOUT_MS,
-            )
+            self._consumer.commit(self._offsets(offsets), timeout_ms=COMMIT_TIMEOUT_MS)
+
+    def commit_async(self, offsets: Mapping[TP, int], done: Callable[[], None]) -> None:
+        """Commit without waiting, so a slow or dead source never stalls the loop; `done` is
+        called once the commit succeeded."""
+
+        def callback(_offsets: Any, response: Any) -> None:
+            if not isinstance(response, BaseException):
+                done()
+
+        if offsets:
+            self._consumer.commit_async(self._offsets(offsets), callback=callback)
+
+    def _offsets(self, offsets: Mapping[TP, int]) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {self._tps[k]: OffsetAndMetadata(o, "", -1) for k, o in offsets.items()}
 
     def close(self) -> None:
         if not self._closed:

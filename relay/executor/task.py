@@ -89,7 +89,7 @@ class GroupRun:
             error = _error("internal", exc, None)
         ack_error = self._settle()
         error = error or ack_error
-        self._commit(reader)
+        self._commit(reader, final=True)
         if error is not None:
             _evict(self.task, error.kind)
         elif self.channel.lost:
@@ -149,18 +149,28 @@ class GroupRun:
                 error = _error("target", failure, part.key)
         return error
 
-    def _commit(self, reader: GroupReader | None) -> None:
-        """Best effort: the destination's provenance headers, not this commit, are the truth."""
+    def _commit(self, reader: GroupReader | None, final: bool = False) -> None:
+        """Best effort: the destination's provenance headers, not this commit, are the truth.
+        While running, commits do not wait (a dead source node must not stall the loop); the
+        last one waits, briefly."""
         moved = {k: p.acked_next for k, p in self.parts.items() if p.acked_next > p.committed}
         if reader is None or not moved:
             return
+
+        def done() -> None:
+            for key, offset in moved.items():
+                part = self.parts[key]
+                part.committed = max(part.committed, offset)
+
         try:
+            if not final:
+                reader.commit_async(moved, done)
+                return
             reader.commit(moved)
         except Exception as exc:  # noqa: BLE001
             log.warning("commit failed (%d partitions): %s", len(moved), exc)
             return
-        for key, offset in moved.items():
-            self.parts[key].committed = offset
+        done()
 
     def result(self, error: TaskError | None, elapsed: float) -> GroupResult:
         reader = _readers.get((self.task.source, self.task.group_id))

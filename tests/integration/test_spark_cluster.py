@@ -79,15 +79,16 @@ def _relay(config: Path, master: str, stop_at_end: bool = True) -> subprocess.Po
     )
 
 
-def _setup(source_broker, target_broker, tmp_path, count: int):
-    topic = create_topic(source_broker.bootstrap, unique_topic("cl"), 4)
-    dest = create_topic(target_broker.bootstrap, unique_topic("cl-copy"), 4)
-    produce(source_broker.bootstrap, topic, _records(count, 4))
+def _setup(source_broker, target_broker, tmp_path, count: int, partitions: int = 4, spark=""):
+    topic = create_topic(source_broker.bootstrap, unique_topic("cl"), partitions)
+    dest = create_topic(target_broker.bootstrap, unique_topic("cl-copy"), partitions)
+    produce(source_broker.bootstrap, topic, _records(count, partitions))
     config = write_config(
         tmp_path / "config.toml",
         source=source_broker.bootstrap,
         target=target_broker.bootstrap,
         topics={topic: dest},
+        spark=spark,
     )
     return topic, dest, config
 
@@ -140,6 +141,37 @@ def test_losing_a_worker_mid_run_still_gives_exactly_once(
     survivor = Path(standalone.log_dir) / "work-1"
     logs = "".join(p.read_text(errors="replace") for p in survivor.rglob("stderr"))
     assert "retried task resumes" in logs
+
+
+@pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON)
+def test_more_partitions_than_slots_kill_9_and_restart_give_exactly_once(
+    standalone, source_broker, target_broker, tmp_path
+):
+    # 24 partitions on 2 task slots: each task serves a group of 12 partitions.
+    two_slots = '[spark.conf]\n"spark.cores.max" = "2"'
+    topic, dest, config = _setup(
+        source_broker, target_broker, tmp_path, 48_000, partitions=24, spark=two_slots
+    )
+    proc = _relay(config, standalone.master_url, stop_at_end=False)
+    try:
+        _wait(lambda: _count(target_broker.bootstrap, dest) >= 5_000, 180, proc, "first records")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver; its JVM and executors follow it
+        proc.wait()
+    before = _count(target_broker.bootstrap, dest)
+    produce(source_broker.bootstrap, topic, _records(24_000, 24, first=48_000))
+
+    again = _relay(config, standalone.master_url)
+    try:
+        _, stderr = again.communicate(timeout=240)
+    finally:
+        if again.poll() is None:
+            os.killpg(again.pid, 9)
+    assert again.returncode == 0, stderr.decode()[-3000:]
+    assert "slots=2" in stderr.decode()
+    copy = [r for rs in read_all(target_broker.bootstrap, dest, timeout=30).values() for r in rs]
+    assert_exact_copy(read_all(source_broker.bootstrap, topic, timeout=30), copy, topic)
+    assert before < 72_000 <= len(copy)
 
 
 def _wait(condition, timeout: float, proc: subprocess.Popen[bytes], what: str) -> None:

@@ -1,0 +1,128 @@
+"""The control channel on loopback: token, live reports, stop, lease, a lost driver."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+
+from relay.channel import ChannelClient, ControlServer, Report
+from relay.spec import ChannelAddress, GroupResult, PartitionProgress, TaskError
+
+
+def wait(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def server():
+    reports: list[Report] = []
+    srv = ControlServer("127.0.0.1", 0, "s3cret-token", lease=2.0, on_report=reports.append)
+    srv.reports = reports  # type: ignore[attr-defined]
+    yield srv
+    srv.close()
+
+
+def hello(round_id: int = 1, task: int = 0) -> dict:
+    return {"round": round_id, "task": task, "attempt": 0, "pid": 1}
+
+
+def result(round_id: int = 1, **kw) -> GroupResult:
+    part = PartitionProgress(("t", 0), next_offset=42, produced=40, filtered=(("f", 2),))
+    return GroupResult(round_id, 0, 0, (part,), **kw)
+
+
+def test_reports_reach_the_driver_intact(server) -> None:
+    client = ChannelClient(server.address, hello(), lease=2.0)
+    error = TaskError("target", "boom", True, ("t", 0))
+    client.report(result(error=error, latencies=(0.5,)), final=True)
+    wait(lambda: server.reports)
+    report = server.reports[0]
+    assert (report.round_id, report.task_id, report.attempt, report.final) == (1, 0, 0, True)
+    assert report.result == result(error=error, latencies=(0.5,))
+    assert server.connected(1) == 1
+    client.close()
+    wait(lambda: server.connected(1) == 0)
+
+
+def test_stop_reaches_every_task_of_the_round_at_once(server) -> None:
+    clients = [ChannelClient(server.address, hello(task=i), lease=2.0) for i in range(3)]
+    other = ChannelClient(server.address, hello(round_id=2), lease=2.0)
+    wait(lambda: server.connected(1) == 3)
+    asked = time.monotonic()
+    server.stop_round(1)
+    wait(lambda: all(c.should_stop for c in clients), timeout=1.0)
+    assert time.monotonic() - asked < 0.5
+    assert not other.should_stop
+    assert not clients[0].lost and clients[0].reason == "the driver asked to stop"
+    # a task of a stopped round that connects late hears it at once
+    late = ChannelClient(server.address, hello(task=9), lease=2.0)
+    wait(lambda: late.should_stop, timeout=1.0)
+    for c in [*clients, other, late]:
+        c.close()
+
+
+def test_a_connection_without_the_token_is_refused(server) -> None:
+    address = ChannelAddress(server.address.host, server.address.port, "wrong")
+    client = ChannelClient(address, hello(), lease=2.0)
+    client.report(result())
+    wait(lambda: client.should_stop)
+    assert client.lost and server.reports == []
+    client.close()
+
+
+def test_garbage_is_dropped_without_harm(server) -> None:
+    with socket.create_connection((server.address.host, server.address.port)) as raw:
+        raw.sendall(b"\xff\xfe not json\n")
+        raw.settimeout(2)
+        assert raw.recv(100) == b""  # closed
+    good = ChannelClient(server.address, hello(), lease=2.0)
+    good.report(result())
+    wait(lambda: server.reports)
+    good.close()
+
+
+def test_without_renewals_the_lease_runs_out(server) -> None:
+    server.renewing = False  # the driver lost its right to write (e.g. group membership)
+    client = ChannelClient(server.address, hello(), lease=0.3)
+    client.report(result())
+    time.sleep(0.5)
+    assert client.should_stop and client.lost and "lease" in client.reason
+    client.close()
+
+
+def test_renewals_keep_a_reporting_task_running(server) -> None:
+    client = ChannelClient(server.address, hello(), lease=0.3)
+    for _ in range(8):  # 0.8 s, well past one lease, renewed by every answer
+        client.report(result())
+        time.sleep(0.1)
+    assert not client.should_stop
+    client.close()
+
+
+def test_a_driver_that_goes_away_stops_the_task() -> None:
+    srv = ControlServer("127.0.0.1", 0, "tok", lease=30.0, on_report=lambda r: None)
+    client = ChannelClient(srv.address, hello(), lease=30.0)
+    wait(lambda: srv.connected(1) == 1)
+    srv.close()
+    wait(lambda: client.should_stop, timeout=5.0)
+    assert client.lost
+    client.close()
+
+
+def test_messages_are_json_lines_without_secrets(server) -> None:
+    """What travels: offsets and counts, never configuration (the token only in the hello)."""
+    sent: list[bytes] = []
+    with socket.create_connection((server.address.host, server.address.port)) as raw:
+        line = json.dumps({**hello(), "token": "s3cret-token"}).encode() + b"\n"
+        raw.sendall(line)
+        raw.settimeout(2)
+        sent.append(raw.recv(1000))
+    answer = json.loads(sent[0].splitlines()[0])
+    assert answer == {"stop": False, "lease": 2.0}
