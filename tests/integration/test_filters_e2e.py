@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
+from relay.driver.metrics import Metrics
 from relay.driver.runner import Relay, RunSummary
 from relay.filters import FilterSpec, specs_from_config, validate_filters
-from relay.driver.metrics import Metrics
 from tests.integration.relay_env import (
     assert_exact_copy,
     committed_offsets,

@@ -457,14 +457,14 @@ def test_metrics_follow_the_destination_within_two_seconds(source_broker, target
         app=f'metrics_addr = "127.0.0.1:{port}"',
     )
     with ktm(tmp_path, "--config", str(config)) as relay:
-        sent = 0
         for burst in range(3):
             batch = [Record(value=b"b%d-%d" % (burst, i), partition=i % 4) for i in range(500)]
-            sent += produce(source_broker.bootstrap, src, batch)
-            wait_for(lambda: destination_count(target_broker.bootstrap, dst) >= sent, 180,
+            produce(source_broker.bootstrap, src, batch)
+            sent = 500 * (burst + 1)
+            wait_for(lambda n=sent: destination_count(target_broker.bootstrap, dst) >= n, 180,
                      f"burst {burst} at the destination", relay)  # fmt: skip
             arrived = time.monotonic()
-            wait_for(lambda: sum(scrape(port).values()) >= sent, 30, "the metrics", relay)
+            wait_for(lambda n=sent: sum(scrape(port).values()) >= n, 30, "the metrics", relay)
             behind = time.monotonic() - arrived
             assert behind <= 2.0, f"burst {burst}: metrics {behind:.1f}s behind the destination"
         relay.proc.send_signal(signal.SIGTERM)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay.config import ClusterConfig, TargetConfig
 from relay.clients.producer import Producer
+from relay.config import ClusterConfig, TargetConfig
 from tests.kafka_env import create_topic, read_all, unique_topic
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-from relay.errors import ConfigError
 from relay.driver.metrics import Metrics, MetricsServer
+from relay.errors import ConfigError
 
 
 def get(port: int, path: str) -> tuple[int, str]:

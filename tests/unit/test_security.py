@@ -23,10 +23,10 @@ from kafka.net.sasl import get_sasl_mechanism
 from kafka.net.transport import KafkaSSLTransport
 
 from relay.cli import main
-from relay.config import SASL_MECHANISMS, Config, Secret, load_config
-from relay.errors import ConfigError
 from relay.clients.admin import client_settings
 from relay.clients.producer import producer_settings
+from relay.config import SASL_MECHANISMS, Config, Secret, load_config
+from relay.errors import ConfigError
 from tests.kafka_env import free_port
 
 PASSWORD = "s3cr3t-Pa55word-never-shown"
