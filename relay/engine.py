@@ -134,12 +134,18 @@ class Engine:
         context, self._context = self._context, None
         if not self._owned:
             return
+        # PySpark's accumulator server polls its JVM connection once a second and its accept
+        # loop every half second: shut it down on the side, after the JVM is gone.
+        accumulators = getattr(context, "_accumulatorServer", None)
+        context._accumulatorServer = None
         try:
             context.cancelAllJobs()
             context.stop()
         except Exception as exc:  # noqa: BLE001 - shutting down anyway
             log.debug("spark stop: %s", exc)
         _end_jvm(self._gateway)
+        if accumulators is not None:
+            threading.Thread(target=accumulators.shutdown, daemon=True).start()
 
 
 class RoundJob:
