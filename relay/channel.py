@@ -148,15 +148,24 @@ class Report:
 
 
 class ControlServer:
-    """Accepts task connections, hands their reports to `on_report`, renews their leases while
-    `renewing`, and tells every task of a round to stop when asked."""
+    """Accepts task connections, hands their reports to `on_report`, renews the leases of a
+    round's tasks while `lease_for(round)` grants one, and tells every task of a round to stop
+    when asked."""
 
     def __init__(
-        self, host: str, port: int, token: str, lease: float, on_report: Callable[[Report], None]
+        self,
+        host: str,
+        port: int,
+        token: str,
+        lease_for: Callable[[int], float | None],
+        on_report: Callable[[Report], None],
+        renew_every: float = 0.5,
     ):
         self._token = token
-        self.lease = lease
-        self.renewing = True  # False: answer without renewing (the driver lost its right to write)
+        self._renew_every = renew_every
+        # Seconds of writing granted to a round's tasks, or None: no renewal (the driver lost
+        # its right to write those partitions).
+        self.lease_for = lease_for
         self._on_report = on_report
         self._lock = threading.Lock()
         self._conns: dict[tuple[int, int, int], socket.socket] = {}
@@ -167,6 +176,17 @@ class ControlServer:
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept_loop, name="ktm-channel", daemon=True)
         self._thread.start()
+        # Leases are renewed on a clock of their own, not only in answer to reports: a task
+        # busy with a large fetch must not lose its lease for reporting late.
+        self._renewer = threading.Thread(target=self._renew_loop, name="ktm-lease", daemon=True)
+        self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._closed.wait(self._renew_every):
+            with self._lock:
+                conns = list(self._conns.items())
+            for (round_id, _, _), conn in conns:
+                self._answer(conn, round_id)
 
     def stop_round(self, round_id: int) -> None:
         """Tell every task of the round to stop (and any that connects later)."""
@@ -185,6 +205,7 @@ class ControlServer:
             return
         self._closed.set()
         self._thread.join(timeout=2)
+        self._renewer.join(timeout=2)
         self._listener.close()
         with self._lock:
             conns = list(self._conns.values())
@@ -242,8 +263,9 @@ class ControlServer:
         with self._lock:
             stop = round_id in self._stopped_rounds
         answer: dict[str, Any] = {"stop": stop}
-        if self.renewing:
-            answer["lease"] = self.lease
+        lease = None if stop else self.lease_for(round_id)
+        if lease is not None:
+            answer["lease"] = lease
         try:
             _send(conn, answer)
         except OSError as exc:
@@ -279,10 +301,12 @@ class ChannelClient:
     """A task's end of the channel. `should_stop` turns true when the driver says stop, or when
     the driver is `lost`: the connection broke, or the lease ran out without a renewal."""
 
-    def __init__(self, address: ChannelAddress, hello: dict[str, Any], lease: float):
+    def __init__(self, address: ChannelAddress, hello: dict[str, Any]):
         self._sock = socket.create_connection((address.host, address.port), timeout=HELLO_TIMEOUT)
         self._sock.settimeout(SEND_TIMEOUT)
-        self._lease_until = time.monotonic() + lease
+        # No lease until the driver grants one: a task never writes on its own authority.
+        self._lease_until = float("-inf")
+        self._answered = threading.Event()
         self._stop = threading.Event()
         self._closed = threading.Event()
         self.reason = ""
@@ -291,6 +315,8 @@ class ChannelClient:
         _send(self._sock, {**hello, "token": address.token})
         self._reader = threading.Thread(target=self._read, name="ktm-channel", daemon=True)
         self._reader.start()
+        if not self._answered.wait(HELLO_TIMEOUT):
+            self._halt("the driver did not answer", lost=True)
 
     @property
     def should_stop(self) -> bool:
@@ -321,9 +347,12 @@ class ChannelClient:
                     self._lease_until = time.monotonic() + float(message["lease"])
                 if message.get("stop"):
                     self._halt("the driver asked to stop")
+                self._answered.set()
         except (OSError, ValueError) as exc:
             self._halt(f"lost the driver: {exc}", lost=True)
             return
+        finally:
+            self._answered.set()
         self._halt("the driver closed the channel", lost=True)
 
     def _halt(self, reason: str, lost: bool = False) -> None:

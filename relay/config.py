@@ -201,14 +201,22 @@ def _choice(t: _Table, key: str, *, choices: Sequence[str]) -> str:
     return found
 
 
-def _duration(t: _Table, key: str, *, positive: bool = False, maximum: float = math.inf) -> float:
+def _duration(
+    t: _Table,
+    key: str,
+    *,
+    positive: bool = False,
+    minimum: float = 0.0,
+    maximum: float = math.inf,
+) -> float:
     value = t.get(key)
     try:
         seconds = parse_duration(value)
     except ValueError as exc:
         raise t.error(key, str(exc)) from None
-    if (positive and seconds == 0) or seconds > maximum:
-        bounds = "> 0" + (f" and <= {maximum:g}s" if maximum < math.inf else "")
+    if (positive and seconds == 0) or seconds < minimum or seconds > maximum:
+        low = f">= {minimum:g}s" if minimum else "> 0"
+        bounds = low + (f" and <= {maximum:g}s" if maximum < math.inf else "")
         raise t.error(key, f"expected a duration {bounds}, got {_show(value)}")
     return seconds
 
@@ -334,6 +342,11 @@ class AppConfig:
     group_id: str = field(default="ktm", metadata=_reads(_text))  # source consumer group
     # /healthz answers 503 when nothing was relayed for this long while there is lag.
     stuck_after: float = field(default=120.0, metadata=_reads(_duration, positive=True))
+    # Session timeout of the group ktm processes on one config coordinate through: a process
+    # that dies hands its partitions over after about this long.
+    session_timeout: float = field(
+        default=10.0, metadata=_reads(_duration, minimum=1.0, maximum=300.0)
+    )
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,7 @@ def _quiet_accumulator_server(context: Any) -> None:
     server = getattr(context, "_accumulatorServer", None)
     if server is not None:
         server.handle_error = lambda _request, address: log.debug(
-            "spark accumulator connection from %s ended", address, exc_info=True
+            "spark accumulator connection from %s ended: %r", address, sys.exc_info()[1]
         )
 
 
@@ -301,8 +301,15 @@ def make_log_dir() -> Path:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    for line in text:
+    """The line that says what went wrong: a Python worker's traceback ends with it (Spark
+    wraps it as "An exception was thrown from the Python worker: Traceback ..."), a JVM error
+    starts with it."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if any(line.startswith("Traceback") or "Traceback (most recent" in line for line in lines):
+        for line in reversed(lines):
+            if not line.startswith(("at ", "File ", "...", "^")) and ":" in line:
+                return line[:300]
+    for line in lines:
         if "Error" in line or "Exception" in line:
-            return line.strip()[:300]
-    return (text[0] if text else type(exc).__name__)[:300]
+            return line[:300]
+    return (lines[0] if lines else type(exc).__name__)[:300]

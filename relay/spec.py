@@ -71,8 +71,7 @@ class GroupTask:
     target: TargetConfig
     partitions: tuple[PartitionWork, ...]
     group_id: str  # the source consumer group offsets are committed to
-    channel: ChannelAddress
-    lease: float  # seconds without a word from the driver after which the task stops writing
+    channel: ChannelAddress  # where to report; the driver's answers grant the lease to write
     report_interval: float = 0.5
     filters: tuple[FilterSpec, ...] = ()
 

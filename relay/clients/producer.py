@@ -104,6 +104,13 @@ class Producer:
             self._closed = True
             self._producer.close(timeout=timeout)
 
+    def abandon(self) -> None:
+        """Close without sending what is not sent yet (the task lost its right to write):
+        `close()` would flush first. Requests already on the wire may still complete."""
+        if not self._closed:
+            self._closed = True
+            self._producer._sender.force_close()
+
 
 def _has_bulk_internals(producer: KafkaProducer) -> bool:
     acc = getattr(producer, "_accumulator", None)

@@ -119,6 +119,17 @@ class Metrics:
             "round reported (records wait this long)",
             registry=r,
         )
+        self.assigned_partitions = Gauge(
+            "ktm_assigned_partitions",
+            "Source partitions this process owns in its group (the others relay the rest)",
+            registry=r,
+        )
+        self.group_members = Gauge(
+            "ktm_group_members", "ktm processes in this process's group", registry=r
+        )
+        self.rebalances = Counter(
+            "ktm_rebalances", "Group rebalances this process stopped its work for", registry=r
+        )
         self.first_record = Gauge(
             "ktm_first_record_seconds",
             "Seconds from start to the first record acknowledged by the destination",

@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from relay.driver.status import Snapshot
+from relay.driver.status import PartitionRow, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,16 @@ def _fmt_eta(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+MAX_ROWS = 24  # more partitions than this are shown per topic
+
+
 def render(snap: Snapshot) -> Group:
-    """The terminal view: one row per source partition, totals, and a bar for --stop-at-end."""
-    table = Table(title=f"ktm relay - active node: {snap.active_node or '?'}", expand=False)
+    """The terminal view: a row per source partition (per topic when there are many), totals,
+    and a bar for --stop-at-end. Rows of partitions other group members relay show "-"."""
+    title = f"ktm - active node: {snap.active_node or '?'}"
+    if snap.members > 1:
+        title += f" - {len(snap.owned)} of {len(snap.rows)} partitions here, {snap.members} members"
+    table = Table(title=title, expand=False)
     for name, justify in (
         ("source", "left"),
         ("partition", "right"),
@@ -49,17 +56,8 @@ def render(snap: Snapshot) -> Group:
         ("lag", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for row in snap.rows:
-        r = row.route
-        table.add_row(
-            r.topic,
-            str(r.partition),
-            f"{r.target_topic}[{r.target_partition}]",
-            f"{row.relayed:,}",
-            f"{row.filtered:,}",
-            f"{row.rate:,.0f}",
-            "?" if row.lag is None else f"{row.lag:,}",
-        )
+    for cells in _rows(snap):
+        table.add_row(*cells)
     table.add_row(
         "total",
         "",
@@ -81,10 +79,45 @@ def render(snap: Snapshot) -> Group:
     return Group(*parts)
 
 
+def _rows(snap: Snapshot) -> list[tuple[str, ...]]:
+    if len(snap.rows) <= MAX_ROWS:
+        return [
+            (
+                row.route.topic,
+                str(row.route.partition),
+                f"{row.route.target_topic}[{row.route.target_partition}]",
+                f"{row.relayed:,}",
+                f"{row.filtered:,}",
+                f"{row.rate:,.0f}" if row.owned else "-",
+                ("?" if row.lag is None else f"{row.lag:,}") if row.owned else "-",
+            )
+            for row in snap.rows
+        ]
+    by_topic: dict[str, list[PartitionRow]] = {}
+    for row in snap.rows:
+        by_topic.setdefault(row.route.topic, []).append(row)
+    cells: list[tuple[str, ...]] = []
+    for topic, rows in by_topic.items():
+        owned = [row for row in rows if row.owned]
+        cells.append(
+            (
+                topic,
+                f"{len(owned)}/{len(rows)}",
+                ", ".join(sorted({row.route.target_topic for row in rows})),
+                f"{sum(row.relayed for row in rows):,}",
+                f"{sum(row.filtered for row in rows):,}",
+                f"{sum(row.rate for row in owned):,.0f}",
+                f"{sum(row.lag or 0 for row in owned):,}",
+            )
+        )
+    return cells
+
+
 def plain_line(snap: Snapshot) -> str:
     line = (
         f"progress: relayed={snap.relayed} filtered={snap.filtered} rate={snap.rate:.0f}/s "
-        f"lag={snap.lag} active={snap.active_node or '?'}"
+        f"lag={snap.lag} active={snap.active_node or '?'} "
+        f"partitions={len(snap.owned)}/{len(snap.rows)} members={snap.members}"
     )
     if snap.remaining is not None:
         line += f" remaining={snap.remaining} eta={_fmt_eta(eta(snap))}"

@@ -1,42 +1,41 @@
 """The driver: plans, runs rounds on Spark, watches live progress, fails over, retries, stops.
 
 It never moves records itself. Spark starts on a background thread while the clusters are
-checked. Each round is one Spark job with at most one task per slot, each task serving a group
-of partitions until the driver stops it; between rounds the driver re-plans the groups from the
-offsets the tasks reported as acknowledged.
+checked, and the process joins its group (relay.driver.membership) meanwhile. Each round is one
+Spark job with at most one task per slot, each task serving a group of the partitions this
+process owns, until the driver stops it; between rounds the driver re-plans from the offsets the
+tasks reported as acknowledged. What differs between relay, backup and restore is behind
+relay.driver.pipeline.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from relay.channel import ControlServer, Report
+from relay.channel import Report
 from relay.clients.settings import is_retriable
 from relay.config import Config
-from relay.driver.failover import Decision, SourcePool
+from relay.driver.backend import SparkBackend
 from relay.driver.groups import Groups, Load, group_index, plan_groups, worth_replanning
+from relay.driver.membership import Membership
 from relay.driver.metrics import Metrics
+from relay.driver.mirror import RelayPipeline
+from relay.driver.pipeline import Pipeline
 from relay.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.driver.rounds import TICK, Round
-from relay.driver.setup import Startup
 from relay.driver.status import Status
-from relay.engine import Engine, default_master, make_log_dir
 from relay.errors import RelayError
 from relay.filters import FilterSpec
-from relay.resume import check_continuity, delivered, destination_next_offsets
-from relay.spec import GroupResult, GroupTask, PartitionRoute, PartitionWork, SourcePartition
+from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartition
 
 log = logging.getLogger(__name__)
 
-LEASE = 5.0  # seconds a task keeps writing without hearing from the driver
-REPORT_INTERVAL = 0.5  # seconds between a task's progress reports
+REVOKE_WAIT = 20.0  # seconds a rebalance waits for the round to stop before cancelling it
 
 
 @dataclass
@@ -48,52 +47,56 @@ class RunSummary:
     spark_start: float = 0.0
     first_record: float | None = None  # seconds from start to the first acknowledged record
     slots: int = 0
+    rebalances: int = 0
     stopped_by_signal: bool = False
     next_offsets: dict[SourcePartition, int] = field(default_factory=dict)
 
 
-class Relay:
-    """`with Relay(...) as relay: relay.prepare(); relay.run()`; closing is idempotent."""
+class Runner:
+    """`with Runner(...) as run: run.prepare(); run.run()`; closing is idempotent."""
 
     def __init__(
         self,
         cfg: Config,
+        pipeline: Pipeline,
         *,
         stop_at_end: bool,
         stop_event: threading.Event,
         metrics: Metrics,
-        filters: tuple[FilterSpec, ...] = (),
         master: str | None = None,
-        failover: bool = False,
     ):
-        self.cfg = cfg
-        self.stop_at_end = stop_at_end
-        self.stop_event = stop_event
-        self.metrics = metrics
-        self.filters = filters
-        self.master_override = master
-        self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
+        self.cfg, self.pipeline = cfg, pipeline
+        self.stop_at_end, self.stop_event, self.metrics = stop_at_end, stop_event, metrics
         self.status = Status(metrics, cfg.app.stuck_after)
-        self.startup = Startup(cfg, self.pool, stop_event, metrics)
-        self.timeout = self.startup.timeout
+        # Leases last a quarter of the group session (relay.driver.membership); renewed 4 times
+        # as often.
+        self.backend = SparkBackend(
+            cfg.spark,
+            master,
+            metrics,
+            self._lease_for,
+            self._report,
+            renew_every=cfg.app.session_timeout / 16,
+        )
         self.routes: list[PartitionRoute] = []
         self.stop_offsets: dict[SourcePartition, int] = {}
         self.summary = RunSummary()
-        self.engine: Engine | None = None
-        self.log_path: str | None = None
-        self.channel: ControlServer | None = None
+        self.membership: Membership | None = None
         self._begun = time.monotonic()
-        self._engine_start: Future[Engine] | None = None
         self._round: Round | None = None
         self._round_id = 0
+        self._round_generation: dict[int, int] = {}
+        self._generation: int | None = None
         self._groups: dict[SourcePartition, int] = {}
         self._source_trouble = False
         self._gap_from: float | None = None
+        self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
         self._closed = False
         self._resources = ExitStack()
-        self._resources.callback(self.pool.close)
+        self._resources.callback(self.pipeline.close)
+        self._resources.callback(self.backend.stop)
 
-    def __enter__(self) -> Relay:
+    def __enter__(self) -> Runner:
         return self
 
     def __exit__(
@@ -101,82 +104,58 @@ class Relay:
     ) -> None:
         self.close()
 
+    @property
+    def log_path(self) -> str | None:
+        return self.backend.log_path
+
     # ---- set-up -------------------------------------------------------------------------
 
-    def begin_spark(self, partitions: int = 0) -> None:
-        """Start Spark (and its Python workers) on a thread, so it overlaps the cluster checks."""
-        if self._engine_start is None:
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ktm-spark-start")
-            self._engine_start = executor.submit(self._start_engine, partitions)
-            executor.shutdown(wait=False)
-            self._resources.callback(self._stop_engine)
-
     def prepare(self, start_spark: bool = False) -> None:
-        """Check the clusters and topics, pick the source node, find every next offset.
-
-        With `start_spark`, Spark starts in the background as soon as the partition count is
-        known, while the destination tails and offsets are read."""
-        on_routes = (lambda routes: self.begin_spark(len(routes))) if start_spark else None
-        plan = self.startup.plan(self.stop_at_end, on_routes)
+        """Check the clusters and topics, find every next offset. With `start_spark`, Spark
+        starts and the group is joined in the background as soon as the partitions are known,
+        while the destination tails and offsets are read."""
+        on_routes = self._begin if start_spark else None
+        plan = self.pipeline.plan(self.stop_at_end, on_routes)
         self.routes = plan.routes
         self.stop_offsets = plan.stops or {}
-        self.status.active_node = self.pool.active.name
+        self.status.active_node = self.pipeline.active_source()
         self.status.start(plan.routes, plan.next_offsets, plan.ends, plan.stops)
 
-    def _start_engine(self, partitions: int) -> Engine:
-        count = partitions or len(self.cfg.topics) * 64
-        master = self.master_override or self.cfg.spark.master or default_master(count)
-        began = time.monotonic()
-        engine = Engine(self.cfg.spark, master, make_log_dir())
-        engine.warm_up()
-        self.summary.spark_start = time.monotonic() - began
-        self.log_path = str(engine.log_path)
-        log.info(
-            "spark started master=%s slots=%d in %.1fs",
-            engine.master,
-            engine.slots,
-            self.summary.spark_start,
-        )
-        log.debug("spark log: %s", engine.log_path)
-        return engine
+    def _begin(self, routes: list[PartitionRoute]) -> None:
+        self.backend.begin(len(routes))
+        self._join(routes)
 
-    def _ensure_engine(self) -> Engine:
-        if self.engine is None:
-            self.begin_spark(len(self.routes))
-            assert self._engine_start is not None
-            self.engine = self._engine_start.result()
-            self.metrics.task_slots.set(self.engine.slots)
-            self.summary.slots = self.engine.slots
-            host = self.engine.driver_host
-            self.channel = ControlServer(
-                host, self.cfg.spark.control_port, secrets.token_urlsafe(24), LEASE, self._report
+    def _join(self, routes: list[PartitionRoute]) -> Membership:
+        if self.membership is None:
+            group = f"{self.cfg.app.group_id}.{self.pipeline.kind}"
+            self.membership = Membership(
+                self.pipeline.coordinator,
+                group,
+                self.pipeline.group_topics,
+                [r.key for r in routes],
+                self.cfg.app.session_timeout,
+                self.metrics,
             )
-            self._resources.callback(self.channel.close)
-        return self.engine
-
-    def _stop_engine(self) -> None:
-        if self._engine_start is None:
-            return
-        try:
-            engine = self._engine_start.result()
-        except Exception as exc:  # noqa: BLE001 - it failed to start: nothing to stop
-            log.debug("spark start failed: %s", exc)
-            return
-        if self._round_id:
-            engine.close_workers()
-        engine.stop()
+            self.membership.on_revoke = self._on_revoke
+            self.membership.start()
+            self._resources.callback(self.membership.close)  # closed first: leave the group
+        return self.membership
 
     # ---- running ------------------------------------------------------------------------
 
     def run(self) -> RunSummary:
         try:
             if self._pending():
-                self._ensure_engine()
+                membership = self._join(self.routes)
+                membership.wait_assigned(self.stop_event)
             while not self.stop_event.is_set():
-                todo = self._pending()
+                owned = self._owned()
+                todo = [r for r in self._pending() if owned is not None and r.key in owned]
                 if not todo:
-                    log.info("reached the end offsets seen at start-up")
-                    break
+                    if owned is not None and self._done():
+                        break
+                    self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
+                    continue
                 for attempt in retrying(
                     self._round_policy, _is_retriable_round, self.stop_event, self.metrics
                 ):
@@ -198,21 +177,40 @@ class Relay:
         done = self.status.next_offsets()
         return [r for r in self.routes if done[r.key] < self.stop_offsets[r.key]]
 
+    def _done(self) -> bool:
+        """--stop-at-end: every partition this process owns reached its stop offset."""
+        if not self.stop_at_end:
+            return False
+        log.info("reached the end offsets seen at start-up")
+        return True
+
+    def _owned(self) -> frozenset[SourcePartition] | None:
+        """The partitions this process may relay now (None while the group rebalances); a new
+        generation first learns where its partitions really stand."""
+        if self.membership is None:
+            return frozenset(r.key for r in self.routes)
+        assignment = self.membership.current()
+        if assignment is None:
+            return None
+        if assignment.generation != self._generation:
+            owned = [r for r in self.routes if r.key in assignment.keys]
+            self._resync(owned, "taken over")
+            self._generation = assignment.generation
+            self.status.set_owned(assignment.keys, assignment.members)
+        return assignment.keys
+
     def _round_once(self, todo: list[PartitionRoute], attempt: int) -> None:
         if self.stop_event.is_set():
             return
         if attempt > 1:
-            self._resync(todo)
-        self._fail_over_if_needed(urgent=self._source_trouble)
-        engine = self._ensure_engine()
-        assert self.channel is not None
-        groups = self._plan(todo, engine.slots)
-        self._round_id += 1
-        tasks = [self._task(self._round_id, i, group) for i, group in enumerate(groups)]
-        current = Round(self._round_id, groups, engine.submit(self._round_id, tasks))
-        self._round = current
+            self._resync(todo, "delivered without ack")
+        self._fail_over_if_needed(todo)
+        engine, channel = self.backend.ready(len(self.routes))
+        current = self._submit_round(todo, engine.slots)
+        if current is None:
+            return  # the group rebalanced meanwhile: the caller re-reads the ownership
         while not current.job.wait(TICK):
-            self._watch(current, len(tasks))
+            self._watch(current)
         try:
             results = current.job.results()
         except RelayError as exc:  # the job itself failed (a lost worker): re-read and retry
@@ -221,6 +219,43 @@ class Relay:
                 return
             raise RetriableRoundError(str(exc), "target") from exc
         engine.refresh_slots()
+        self._finish_round(current, results)
+
+    def _submit_round(self, todo: list[PartitionRoute], slots: int) -> Round | None:
+        engine, channel = self.backend.ready(len(self.routes))
+        with self._submit:
+            generation = self._generation
+            if self.membership is not None:
+                assignment = self.membership.current()
+                if assignment is None or assignment.generation != generation:
+                    return None
+            groups = self._plan(todo, slots)
+            self._round_id += 1
+            round_id = self._round_id
+            nexts = self.status.next_offsets()
+            by_key = {r.key: r for r in self.routes}
+            tasks = [
+                self.pipeline.task(
+                    round_id, index, self._works(group, nexts, by_key), channel.address
+                )
+                for index, group in enumerate(groups)
+            ]
+            self._round_generation[round_id] = generation if generation is not None else -1
+            self._round = Round(round_id, groups, engine.submit(round_id, tasks))
+            self.backend.used = True
+        return self._round
+
+    def _works(
+        self,
+        group: tuple[SourcePartition, ...],
+        nexts: dict[SourcePartition, int],
+        by_key: dict[SourcePartition, PartitionRoute],
+    ) -> tuple[PartitionWork, ...]:
+        return tuple(
+            PartitionWork(by_key[key], nexts[key], self.stop_offsets.get(key)) for key in group
+        )
+
+    def _finish_round(self, current: Round, results: list[GroupResult]) -> None:
         wall = time.monotonic() - current.started
         self._gap_from = current.stop_asked_at or time.monotonic()
         for result in results:
@@ -233,7 +268,7 @@ class Relay:
             current.round_id,
             current.stop_reason or "done",
             wall,
-            len(tasks),
+            len(current.groups),
             self.status.snapshot().relayed,
         )
         if failures:
@@ -246,25 +281,7 @@ class Relay:
         self._groups = group_index(groups)
         return groups
 
-    def _task(self, round_id: int, task_id: int, group: tuple[SourcePartition, ...]) -> GroupTask:
-        assert self.channel is not None
-        nexts = self.status.next_offsets()
-        by_key = {r.key: r for r in self.routes}
-        works = tuple(
-            PartitionWork(by_key[key], nexts[key], self.stop_offsets.get(key)) for key in group
-        )
-        return GroupTask(
-            round_id=round_id,
-            task_id=task_id,
-            source=self.pool.active,
-            target=self.cfg.target,
-            partitions=works,
-            group_id=self.cfg.app.group_id,
-            channel=self.channel.address,
-            lease=LEASE,
-            report_interval=REPORT_INTERVAL,
-            filters=self.filters,
-        )
+    # ---- while a round runs (main thread, channel thread, membership thread) ------------
 
     def _report(self, report: Report) -> None:
         """A task's live report (channel thread)."""
@@ -276,16 +293,45 @@ class Relay:
         if current is not None:
             current.on_report(report)
 
-    def _watch(self, current: Round, tasks: int) -> None:
+    def _lease_for(self, round_id: int) -> float | None:
+        """Seconds of writing granted to a round's tasks (channel thread): only while this
+        process holds the assignment the round was planned under."""
+        membership = self.membership
+        if membership is None:
+            return None
+        assignment = membership.assignment()
+        generation = self._round_generation.get(round_id)
+        if assignment is None or generation != assignment.generation:
+            return None
+        return membership.lease if membership.may_write() else None
+
+    def _on_revoke(self) -> None:
+        """The group rebalances (membership thread, before it rejoins): stop writing, wait
+        until every task flushed and committed, and only then let the rebalance go on."""
+        with self._submit:
+            current = self._round
+            if current is None or current.job.wait(0):
+                return
+            channel = self.backend.channel
+            assert channel is not None
+            current.ask_to_stop("membership", channel)
+            if not current.job.wait(REVOKE_WAIT):
+                current.cancel()
+                current.job.wait(REVOKE_WAIT)
+
+    def _watch(self, current: Round) -> None:
         """Every tick while a round runs: gauges, and whether the round should end."""
-        assert self.channel is not None
-        if self._gap_from is not None and self.channel.connected(current.round_id) >= tasks:
+        channel = self.backend.channel
+        assert channel is not None
+        if self._gap_from is not None and channel.connected(current.round_id) >= len(
+            current.groups
+        ):
             self.metrics.round_gap.inc(time.monotonic() - self._gap_from)
             self._gap_from = None
-        self.status.observe_nodes(self.pool.views(), self.pool.active.name)
+        self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
         reason = self._end_reason(current)
         if reason is not None:
-            current.ask_to_stop(reason, self.channel)
+            current.ask_to_stop(reason, channel)
         if current.overdue():
             current.cancel()
 
@@ -294,11 +340,10 @@ class Relay:
             return "stop"
         if current.failed():
             return "error"
-        try:
-            if self.pool.next_switch(self.status.next_offsets(), urgent=False) is not None:
-                return "failover"
-        except ConnectionError:
-            return "failover"  # the active node is down and none can serve: end, then retry
+        if self._lease_for(current.round_id) is None:
+            return "membership"
+        if self.pipeline.wants_switch(self.status.next_offsets()):
+            return "failover"
         if current.stalled():
             return "lost"
         if self._should_replan(current):
@@ -320,45 +365,31 @@ class Relay:
         rate = max(sum(row.rate for row in rows.values()) / max(len(live), 1), 1.0)
         return worth_replanning(live, loads, len(current.groups), rate)
 
-    def _resync(self, todo: list[PartitionRoute]) -> None:
-        """After a failed round, records may have landed without their ack reaching us."""
-        found = destination_next_offsets(self.cfg.target.cluster, todo, self.timeout)
-        for (topic, partition), next_offset in found.items():
-            if self.status.advance((topic, partition), next_offset):
+    # ---- between rounds ---------------------------------------------------------------------
+
+    def _resync(self, routes: list[PartitionRoute], why: str) -> None:
+        """Learn where partitions really stand (records may have landed without their ack
+        reaching us, or another process relayed them) and move their next offsets forward."""
+        if not routes:
+            return
+        for key, next_offset in sorted(self.pipeline.where(routes).items()):
+            if self.status.advance(key, next_offset):
                 log.info(
-                    "resync topic=%s partition=%s next_offset=%s (delivered without ack)",
-                    topic,
-                    partition,
+                    "resync topic=%s partition=%s next_offset=%s (%s)",
+                    key[0],
+                    key[1],
                     next_offset,
+                    why,
                 )
 
-    def _fail_over_if_needed(self, urgent: bool) -> None:
+    def _fail_over_if_needed(self, todo: list[PartitionRoute]) -> None:
         try:
-            decision = self.pool.next_switch(self.status.next_offsets(), urgent=urgent)
+            switched = self.pipeline.fail_over(self.status.next_offsets(), self._source_trouble)
         except ConnectionError as exc:
             raise RetriableRoundError(str(exc), "source") from exc
-        if decision is not None:
-            self._switch(decision)
-        self.status.observe_nodes(self.pool.views(), self.pool.active.name)
-
-    def _switch(self, decision: Decision) -> None:
-        """Move to another node: resume from the destination's provenance, after checking
-        that the new node's record at the last relayed offset is the one relayed."""
-        new = self.pool.node(decision.node)
-        at_destination = delivered(self.cfg.target.cluster, self.routes, self.timeout)
-        check_continuity(new, at_destination, self.cfg.source_pool.on_mismatch, self.timeout)
-        for key, last in at_destination.items():
-            self.status.advance(key, last.next_offset)
-        nexts = self.status.next_offsets()
-        resume = ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(nexts.items()))
-        log.warning(
-            "failover from=%s to=%s reason=%s resume: %s",
-            self.pool.active.name,
-            new.name,
-            decision.reason,
-            resume,
-        )
-        self.pool.switch(decision)
+        if switched:
+            self._resync(todo, "failover")
+        self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
 
     def _fail(self, failures: list[GroupResult]) -> None:
         errors = [r.error for r in failures if r.error is not None]
@@ -382,6 +413,8 @@ class Relay:
         s.stopped_by_signal = self.stop_event.is_set()
         s.next_offsets = self.status.next_offsets()
         s.relayed, s.filtered, s.rounds = snap.relayed, snap.filtered, self.status.rounds
+        s.spark_start, s.slots = self.backend.start_seconds, self.backend.engine_slots()
+        s.rebalances = self.membership.rebalances if self.membership is not None else 0
         if self.status.first_ack_at is not None:
             s.first_record = self.status.first_ack_at - self._begun
             self.metrics.first_record.set(s.first_record)
@@ -392,3 +425,27 @@ class Relay:
 
 def _is_retriable_round(exc: BaseException) -> bool:
     return isinstance(exc, RetriableRoundError) or is_retriable(exc)
+
+
+class Relay(Runner):
+    """The relay: Kafka to Kafka."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stop_at_end: bool,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        filters: tuple[FilterSpec, ...] = (),
+        master: str | None = None,
+        failover: bool = False,
+    ):
+        pipeline = RelayPipeline(
+            cfg, stop_event=stop_event, metrics=metrics, filters=filters, failover=failover
+        )
+        super().__init__(
+            cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event, metrics=metrics,
+            master=master,
+        )  # fmt: skip
+        self.pool = pipeline.pool

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from relay.clients import admin
@@ -18,23 +17,16 @@ from relay.clients.settings import describe, is_retriable
 from relay.config import Config
 from relay.driver.failover import SourcePool
 from relay.driver.metrics import Metrics
+from relay.driver.pipeline import Plan
 from relay.driver.plan import plan_routes
 from relay.driver.retry import policy_for, retrying
 from relay.errors import KafkaSetupError
 from relay.resume import destination_next_offsets, resume_points, source_offsets
-from relay.spec import PartitionRoute, SourcePartition
+from relay.spec import PartitionRoute
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Plan:
-    routes: list[PartitionRoute]
-    next_offsets: dict[SourcePartition, int]  # where each source partition resumes
-    ends: dict[SourcePartition, int]  # the active node's real end offsets now
-    stops: dict[SourcePartition, int] | None  # --stop-at-end targets
 
 
 class Startup:

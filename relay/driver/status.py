@@ -34,6 +34,7 @@ class PartitionRow:
     stop: int | None  # --stop-at-end target
     relayed: int = 0
     filtered: int = 0
+    owned: bool = True  # relayed by this process (others in its group relay the rest)
     rate: float = 0.0  # records/s over the last RATE_WINDOW
     rate_at: float = 0.0  # when `rate` was measured
     rate_base: int = 0  # `relayed` at rate_at
@@ -51,10 +52,16 @@ class Snapshot:
     filtered: int
     elapsed: float
     stop_at_end: bool
+    members: int = 1  # ktm processes in the group
+
+    @property
+    def owned(self) -> tuple[PartitionRow, ...]:
+        return tuple(row for row in self.rows if row.owned)
 
     @property
     def lag(self) -> int:
-        return sum(row.lag or 0 for row in self.rows)
+        """Records behind on the partitions this process relays."""
+        return sum(row.lag or 0 for row in self.owned)
 
     @property
     def rate(self) -> float:
@@ -62,10 +69,10 @@ class Snapshot:
 
     @property
     def remaining(self) -> int | None:
-        """Records left to the --stop-at-end targets."""
+        """Records left to the --stop-at-end targets of the partitions this process relays."""
         if not self.stop_at_end:
             return None
-        return sum(max(0, (row.stop or 0) - row.next_offset) for row in self.rows)
+        return sum(max(0, (row.stop or 0) - row.next_offset) for row in self.owned)
 
 
 class Status:
@@ -82,6 +89,8 @@ class Status:
         self.nodes: list[NodeView] = []
         self.rounds = 0
         self.stop_at_end = False
+        self.owned: frozenset[SourcePartition] | None = None  # None: every partition is ours
+        self.members = 1
         self._rows: dict[SourcePartition, PartitionRow] = {}
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
         self._lock = threading.Lock()
@@ -160,6 +169,11 @@ class Status:
         self._rows[part.key] = row
         return produced > 0 or bool(filtered)
 
+    def set_owned(self, keys: frozenset[SourcePartition], members: int) -> None:
+        """The partitions this process relays now (its share of the group's)."""
+        with self._lock:
+            self.owned, self.members = frozenset(keys), members
+
     def record_round(self, wall: float, reason: str) -> None:
         self.rounds += 1
         self.metrics.round_duration.observe(wall)
@@ -209,9 +223,14 @@ class Status:
     def snapshot(self) -> Snapshot:
         now = self.clock()
         with self._lock:
+            owned, members = self.owned, self.members
             rows = tuple(
-                row if now - row.rate_at < RATE_STALE else replace(row, rate=0.0)
-                for _, row in sorted(self._rows.items())
+                replace(
+                    row,
+                    rate=row.rate if now - row.rate_at < RATE_STALE else 0.0,
+                    owned=owned is None or key in owned,
+                )
+                for key, row in sorted(self._rows.items())
             )
         return Snapshot(
             rows=rows,
@@ -220,6 +239,7 @@ class Status:
             filtered=sum(r.filtered for r in rows),
             elapsed=now - self.started,
             stop_at_end=self.stop_at_end,
+            members=members,
         )
 
     def health(self) -> tuple[bool, dict[str, object]]:
@@ -231,6 +251,8 @@ class Status:
             "relayed": snap.relayed,
             "active_node": snap.active_node,
             "seconds_since_progress": round(idle_for, 1),
+            "owned_partitions": len(snap.owned),
+            "group_members": snap.members,
         }
         if self.nodes and not any(view.up for view in self.nodes):
             down = ", ".join(f"{v.name}: {v.error}" for v in self.nodes)

@@ -41,7 +41,7 @@ def run_group(task: GroupTask, attempt: int = 0) -> GroupResult:
     started = time.monotonic()
     hello = {"round": task.round_id, "task": task.task_id, "attempt": attempt, "pid": os.getpid()}
     try:
-        channel = ChannelClient(task.channel, hello, task.lease)
+        channel = ChannelClient(task.channel, hello)
     except OSError as exc:
         # Without the channel the driver could not stop this task: do nothing at all.
         lost = TaskError("channel", f"cannot reach the driver: {exc}", retriable=True)
@@ -87,13 +87,19 @@ class GroupRun:
             error = _error("filter", exc, getattr(exc, "key", None))
         except Exception as exc:  # noqa: BLE001 - reported to the driver, which stops cleanly
             error = _error("internal", exc, None)
-        ack_error = self._settle()
-        error = error or ack_error
+        if self.channel.lost:
+            # No lease (the driver is gone or lost its right to these partitions): nothing
+            # more may be sent, not even what the producer holds unsent. Only what was
+            # acknowledged counts; the next owner reads the destination's tail.
+            _abandon(self.task)
+            for part in self.parts.values():
+                part.collect_acks()
+            error = error or TaskError("channel", self.channel.reason, retriable=True)
+        else:
+            error = error or self._settle()
         self._commit(reader, final=True)
         if error is not None:
             _evict(self.task, error.kind)
-        elif self.channel.lost:
-            error = TaskError("channel", self.channel.reason, retriable=True)
         return error
 
     def _pump(self, reader: GroupReader, producer: Producer) -> None:
@@ -252,6 +258,12 @@ def _evict(task: GroupTask, kind: str) -> None:
         reader = _readers.pop((task.source, task.group_id), None)
         if reader is not None:
             _close_quietly(reader.close)
+
+
+def _abandon(task: GroupTask) -> None:
+    producer = _producers.pop(task.target, None)
+    if producer is not None:
+        _close_quietly(producer.abandon)
 
 
 def close_clients(_: object = None) -> int:

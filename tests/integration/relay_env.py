@@ -15,6 +15,9 @@ from kafka.serializer import Serializer
 
 PROVENANCE = "ktm.src"  # the header every relayed record carries: "<source>/<topic>/<p>/<offset>"
 FAST_RETRIES = 'max_retries = 1\nbackoff_min = "100ms"\nbackoff_max = "200ms"'
+# A short group session: joining waits half of it on Tansu, and a dead process's partitions move
+# after it (production default: 10s).
+FAST_GROUP = 'session_timeout = "2s"'
 
 
 def write_config(
@@ -30,7 +33,7 @@ def write_config(
     """A ktm config relaying ``topics`` from ``source`` to ``target`` with fast, short retries."""
     routes = "\n".join(f'"{src}" = "{dst}"' for src, dst in topics.items())
     path.write_text(
-        f"[app]\n{app}\n\n[spark]\n{spark}\n\n[topics]\n{routes}\n\n"
+        f"[app]\n{app}\n{FAST_GROUP}\n\n[spark]\n{spark}\n\n[topics]\n{routes}\n\n"
         f'[[sources]]\nname = "{source_name}"\nservers = ["{source}"]\n\n'
         f"[source_pool]\n{FAST_RETRIES}\n\n"
         f'[target]\nservers = ["{target}"]\n{FAST_RETRIES}\n'

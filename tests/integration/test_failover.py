@@ -58,7 +58,7 @@ def failover_config(
         f'[[sources]]\nname = "{n.name}"\nservers = ["{n.bootstrap}"]\n\n' for n in nodes
     )
     path.write_text(
-        f'[app]\nmetrics_addr = ""\n\n'
+        f'[app]\nmetrics_addr = ""\nsession_timeout = "2s"\n\n'
         f'[topics]\n"{topic}" = "{dest}"\n\n{sources}'
         f'[source_pool]\nhealthcheck_interval = "500ms"\nrequest_timeout = "500ms"\n'
         f"offset_lag_threshold = {threshold}\nmax_retries = {max_retries}\n"

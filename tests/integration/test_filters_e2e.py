@@ -738,7 +738,7 @@ def test_failover_after_kill_9_relays_the_allowed_records_once(
     create_topic(target.bootstrap, dest, 2)
     conf = tmp_path / "c.toml"
     conf.write_text(
-        f'[app]\nmetrics_addr = ""\n\n'
+        f'[app]\nmetrics_addr = ""\nsession_timeout = "2s"\n\n'
         f'[topics]\n"{topic}" = "{dest}"\n\n'
         f'[[sources]]\nname = "node1"\nservers = ["{node1.bootstrap}"]\n\n'
         f'[[sources]]\nname = "node2"\nservers = ["{node2.bootstrap}"]\n\n'

@@ -252,7 +252,7 @@ def committed_tls(cluster: TlsCluster, group_id: str, topic: str, partitions: in
 def write_config(path: Path, *, source: str, target: str, topic: str, dest: str) -> Path:
     """`source`/`target`: the connection keys of each side, including `servers`."""
     path.write_text(
-        f'[app]\nmetrics_addr = ""\n\n'
+        f'[app]\nmetrics_addr = ""\nsession_timeout = "2s"\n\n'
         f'[topics]\n"{topic}" = "{dest}"\n\n'
         f'[[sources]]\nname = "src"\n{source}\n\n'
         f'[source_pool]\nrequest_timeout = "500ms"\n{FAST_RETRIES}\n\n'

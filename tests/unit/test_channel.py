@@ -23,8 +23,10 @@ def wait(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 @pytest.fixture
 def server():
     reports: list[Report] = []
-    srv = ControlServer("127.0.0.1", 0, "s3cret-token", lease=2.0, on_report=reports.append)
+    leases = {"lease": 2.0}
+    srv = ControlServer("127.0.0.1", 0, "s3cret-token", lambda _: leases["lease"], reports.append)
     srv.reports = reports  # type: ignore[attr-defined]
+    srv.leases = leases  # type: ignore[attr-defined]
     yield srv
     srv.close()
 
@@ -39,7 +41,7 @@ def result(round_id: int = 1, **kw) -> GroupResult:
 
 
 def test_reports_reach_the_driver_intact(server) -> None:
-    client = ChannelClient(server.address, hello(), lease=2.0)
+    client = ChannelClient(server.address, hello())
     error = TaskError("target", "boom", True, ("t", 0))
     client.report(result(error=error, latencies=(0.5,)), final=True)
     wait(lambda: server.reports)
@@ -52,8 +54,8 @@ def test_reports_reach_the_driver_intact(server) -> None:
 
 
 def test_stop_reaches_every_task_of_the_round_at_once(server) -> None:
-    clients = [ChannelClient(server.address, hello(task=i), lease=2.0) for i in range(3)]
-    other = ChannelClient(server.address, hello(round_id=2), lease=2.0)
+    clients = [ChannelClient(server.address, hello(task=i)) for i in range(3)]
+    other = ChannelClient(server.address, hello(round_id=2))
     wait(lambda: server.connected(1) == 3)
     asked = time.monotonic()
     server.stop_round(1)
@@ -62,7 +64,7 @@ def test_stop_reaches_every_task_of_the_round_at_once(server) -> None:
     assert not other.should_stop
     assert not clients[0].lost and clients[0].reason == "the driver asked to stop"
     # a task of a stopped round that connects late hears it at once
-    late = ChannelClient(server.address, hello(task=9), lease=2.0)
+    late = ChannelClient(server.address, hello(task=9))
     wait(lambda: late.should_stop, timeout=1.0)
     for c in [*clients, other, late]:
         c.close()
@@ -70,7 +72,7 @@ def test_stop_reaches_every_task_of_the_round_at_once(server) -> None:
 
 def test_a_connection_without_the_token_is_refused(server) -> None:
     address = ChannelAddress(server.address.host, server.address.port, "wrong")
-    client = ChannelClient(address, hello(), lease=2.0)
+    client = ChannelClient(address, hello())
     client.report(result())
     wait(lambda: client.should_stop)
     assert client.lost and server.reports == []
@@ -82,23 +84,33 @@ def test_garbage_is_dropped_without_harm(server) -> None:
         raw.sendall(b"\xff\xfe not json\n")
         raw.settimeout(2)
         assert raw.recv(100) == b""  # closed
-    good = ChannelClient(server.address, hello(), lease=2.0)
+    good = ChannelClient(server.address, hello())
     good.report(result())
     wait(lambda: server.reports)
     good.close()
 
 
 def test_without_renewals_the_lease_runs_out(server) -> None:
-    server.renewing = False  # the driver lost its right to write (e.g. group membership)
-    client = ChannelClient(server.address, hello(), lease=0.3)
+    server.leases["lease"] = 0.3
+    client = ChannelClient(server.address, hello())
+    assert not client.should_stop
+    server.leases["lease"] = None  # the driver lost its right to write (e.g. group membership)
     client.report(result())
     time.sleep(0.5)
     assert client.should_stop and client.lost and "lease" in client.reason
     client.close()
 
 
+def test_a_task_never_writes_without_a_first_lease(server) -> None:
+    server.leases["lease"] = None
+    client = ChannelClient(server.address, hello())
+    assert client.should_stop and client.lost
+    client.close()
+
+
 def test_renewals_keep_a_reporting_task_running(server) -> None:
-    client = ChannelClient(server.address, hello(), lease=0.3)
+    server.leases["lease"] = 0.3
+    client = ChannelClient(server.address, hello())
     for _ in range(8):  # 0.8 s, well past one lease, renewed by every answer
         client.report(result())
         time.sleep(0.1)
@@ -107,8 +119,8 @@ def test_renewals_keep_a_reporting_task_running(server) -> None:
 
 
 def test_a_driver_that_goes_away_stops_the_task() -> None:
-    srv = ControlServer("127.0.0.1", 0, "tok", lease=30.0, on_report=lambda r: None)
-    client = ChannelClient(srv.address, hello(), lease=30.0)
+    srv = ControlServer("127.0.0.1", 0, "tok", lambda _: 30.0, lambda r: None)
+    client = ChannelClient(srv.address, hello())
     wait(lambda: srv.connected(1) == 1)
     srv.close()
     wait(lambda: client.should_stop, timeout=5.0)

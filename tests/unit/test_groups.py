@@ -50,8 +50,8 @@ def test_a_partition_leaves_its_group_when_staying_would_unbalance() -> None:
 
 
 def test_replanning_pays_when_a_slot_idles_beside_a_large_backlog() -> None:
-    by_key = {load.key: load for load in loads(50_000, 50_000, 0, 0)}
-    # Task 1's partitions are done (removed): its slot idles while task 0 has 100k to go.
+    by_key = {load.key: load for load in loads(100_000, 100_000, 0, 0)}
+    # Task 1's partitions are done (removed): its slot idles while task 0 has 200k to go.
     current = [(("t", 0), ("t", 1)), ()]
     assert worth_replanning(current, by_key, slots=2, rate_per_task=10_000)
 
@@ -62,3 +62,6 @@ def test_replanning_does_not_pay_for_a_small_remainder_or_a_balanced_plan() -> N
     even = {load.key: load for load in loads(50_000, 50_000)}
     assert not worth_replanning([(("t", 0),), (("t", 1),)], even, 2, rate_per_task=10_000)
     assert not worth_replanning([(("t", 0),)], even, 2, rate_per_task=10_000)
+    # a rate not measured yet (0) counts as a typical one, not as "forever"
+    unknown = {load.key: load for load in loads(20_000, 20_000)}
+    assert not worth_replanning([(("t", 0), ("t", 1)), ()], unknown, 2, rate_per_task=0.0)

@@ -1,0 +1,180 @@
+"""Group membership through Kafka's consumer-group protocol (kafka-python), without consuming.
+
+ktm processes that share a config join one consumer group on the target cluster (the one cluster
+every mode shares). The group protocol elects a leader and hands every member an assignment;
+ktm's own assignor puts the *source* partitions a member owns in the assignment's user data and
+assigns no Kafka partition at all, so the membership consumer never fetches a record. The
+source partitions need not exist on the target cluster, and failover nodes (different source
+clusters) do not matter: the unit of ownership is (source topic, partition).
+
+Rebalances are eager: before a member rejoins, `on_revoke` runs (in the consumer's poll, which
+blocks the join), and the member stops writing there; the new owner gets a partition only after
+every member rejoined. See relay.driver.membership for how ownership turns into permission to
+write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaConsumer
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
+
+from relay.clients.settings import client_settings
+from relay.config import ClusterConfig
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Assignment:
+    generation: int
+    keys: frozenset[Key]  # the source partitions this member may relay
+    members: int  # how many members the group has
+    standby: bool = False  # True: the leader's plan differs from ours; we were given nothing
+
+
+def fingerprint(keys: Sequence[Key]) -> str:
+    """What the members must agree on: the same source partitions (same config, same counts)."""
+    return json.dumps(sorted(keys), separators=(",", ":"))
+
+
+def split(keys: Sequence[Key], members: Sequence[str]) -> dict[str, list[Key]]:
+    """Round-robin over sorted keys and sorted member ids: every member within one partition of
+    the others, and the same answer whoever computes it."""
+    ordered = sorted(members)
+    shares: dict[str, list[Key]] = {member: [] for member in ordered}
+    for index, key in enumerate(sorted(keys)):
+        shares[ordered[index % len(ordered)]].append(key)
+    return shares
+
+
+class KtmAssignor(AbstractPartitionAssignor):
+    """Assigns source partitions (in user data) instead of the subscribed topic's partitions."""
+
+    name = "ktm-v1"
+    version = 0
+
+    def __init__(self, keys: Sequence[Key], on_assignment: Callable[[Assignment], None]):
+        self._keys = sorted(keys)
+        self._plan = fingerprint(keys)
+        self._on_assignment = on_assignment
+
+    def metadata(self, topics: Any) -> ConsumerProtocolSubscription:
+        me = {"plan": self._plan, "host": socket.gethostname(), "pid": os.getpid()}
+        return ConsumerProtocolSubscription(self.version, list(topics), json.dumps(me).encode())
+
+    def assign(self, cluster: Any, members: Any) -> dict[str, ConsumerProtocolAssignment]:
+        agreeing: list[str] = []
+        others: list[str] = []
+        for member in members:
+            info = _json(member.metadata.user_data)
+            (agreeing if info.get("plan") == self._plan else others).append(member.member_id)
+        if others:
+            log.warning(
+                "%d group member(s) run with other topics or partition counts; they stand by "
+                "until their config matches the leader's",
+                len(others),
+            )
+        shares = split(self._keys, agreeing)
+        total = len(agreeing) + len(others)
+        result = {}
+        for member_id in agreeing + others:
+            data = {"keys": shares.get(member_id, []), "members": total}
+            data["standby"] = member_id in others
+            result[member_id] = ConsumerProtocolAssignment(
+                self.version, [], json.dumps(data).encode()
+            )
+        return result
+
+    def on_assignment(self, assignment: Any, generation: Any) -> None:
+        data = _json(assignment.user_data)
+        keys = frozenset((str(t), int(p)) for t, p in data.get("keys", []))
+        number = getattr(generation, "generation_id", generation)
+        self._on_assignment(
+            Assignment(int(number), keys, int(data.get("members", 1)), bool(data.get("standby")))
+        )
+
+
+def _json(data: bytes | None) -> dict[str, Any]:
+    try:
+        parsed = json.loads(data or b"{}")
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, on_revoke: Callable[[], None]):
+        self._on_revoke = on_revoke
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self._on_revoke()
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        pass
+
+
+class GroupMember:
+    """One membership consumer. Call `poll()` regularly from one thread; it (re)joins the group,
+    and runs `on_revoke` / `on_assignment` from inside that call."""
+
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        group: str,
+        topics: Sequence[str],
+        keys: Sequence[Key],
+        session_timeout: float,
+        on_revoke: Callable[[], None],
+        on_assignment: Callable[[Assignment], None],
+    ):
+        session_ms = int(session_timeout * 1000)
+        self._consumer = KafkaConsumer(
+            **client_settings(cluster, 10.0),
+            group_id=group,
+            enable_auto_commit=False,
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=max(100, session_ms // 5),
+            # The rebalance timeout: how long the group waits for a member to stop and rejoin.
+            max_poll_interval_ms=max(session_ms * 3, 30_000),
+            partition_assignment_strategy=[KtmAssignor(keys, on_assignment)],
+        )
+        self._consumer.subscribe(topics=list(topics), listener=_Listener(on_revoke))
+        self._closed = False
+
+    def poll(self, timeout: float) -> None:
+        records = self._consumer.poll(timeout_ms=int(timeout * 1000))
+        if records:  # never: the assignor assigns no Kafka partition
+            log.error("membership consumer received records: %s", list(records))
+
+    def confirmed_at(self) -> float:
+        """When the coordinator last confirmed this membership (monotonic clock): the last
+        successful heartbeat, or the end of the last join."""
+        coordinator = self._consumer._coordinator
+        beat = coordinator.heartbeat
+        if not coordinator.stable():
+            return float("-inf")
+        return max(beat.last_receive, beat.last_reset)
+
+    def close(self) -> None:
+        """Leave the group now, so the others need not wait for the session to expire."""
+        if not self._closed:
+            self._closed = True
+            began = time.monotonic()
+            self._consumer.close(autocommit=False, timeout_ms=5000)
+            log.debug("left the group in %.1fs", time.monotonic() - began)
