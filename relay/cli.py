@@ -248,7 +248,21 @@ def _check(opts: Options) -> int:
             f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
         )
     click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
+    click.echo(_members_line(cfg, "relay"))
     return 0
+
+
+def _members_line(cfg: Config, kind: str) -> str:
+    """How many ktm processes run on this config now (they share its partitions)."""
+    from relay.clients.admin import group_members
+
+    group = f"{cfg.app.group_id}.{kind}"
+    try:
+        members = group_members(cfg.target.cluster, group, cfg.target.request_timeout)
+    except Exception as exc:  # noqa: BLE001 - informative only
+        return f"group {group}: members unknown ({type(exc).__name__}: {exc})"
+    running = "no ktm process runs" if not members else f"{members} ktm process(es) run"
+    return f"group {group}: {running} on this config now"
 
 
 if __name__ == "__main__":  # pragma: no cover

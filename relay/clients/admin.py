@@ -255,3 +255,19 @@ def read_range(
         batch = consumer.poll(timeout_ms=200).get(tp, [])
         out.extend(r for r in batch if r.offset < upper)
     return out
+
+
+def group_members(cluster: ClusterConfig, group: str, timeout: float) -> int:
+    """How many members a consumer group has now (0 when it is empty or unknown).
+
+    DescribeGroups, read without kafka-python's decoding of the authorized operations, which
+    fails on brokers that answer a value it does not know (Tansu does)."""
+
+    async def describe(admin: KafkaAdminClient) -> int:
+        coordinators = await admin._find_coordinator_ids([group])
+        request = admin._describe_groups_request([group])
+        response = await admin._manager.send(request, node_id=coordinators[group])
+        return sum(len(described.members) for described in response.groups)
+
+    with admin_client(cluster, timeout) as admin:
+        return int(admin._manager.run(describe, admin))

@@ -162,14 +162,15 @@ class GroupMember:
         if records:  # never: the assignor assigns no Kafka partition
             log.error("membership consumer received records: %s", list(records))
 
-    def confirmed_at(self) -> float:
-        """When the coordinator last confirmed this membership (monotonic clock): the last
-        successful heartbeat, or the end of the last join."""
+    def last_heartbeat(self) -> float:
+        """When the coordinator last answered a heartbeat of this member (monotonic clock;
+        -inf while it is not a stable member). Not kafka-python's `last_reset`: that one also
+        moves when a frozen member wakes up and merely finds its coordinator again, before it
+        learns that it was expelled."""
         coordinator = self._consumer._coordinator
-        beat = coordinator.heartbeat
         if not coordinator.stable():
             return float("-inf")
-        return max(beat.last_receive, beat.last_reset)
+        return float(coordinator.heartbeat.last_receive)
 
     def close(self) -> None:
         """Leave the group now, so the others need not wait for the session to expire."""

@@ -53,6 +53,7 @@ class Membership:
         self._assignment: Assignment | None = None
         self._member: GroupMember | None = None
         self._last_poll = time.monotonic()
+        self._joined_at = float("-inf")
         self._error: BaseException | None = None
         self.rebalances = 0
         self._changed = threading.Condition()
@@ -99,7 +100,8 @@ class Membership:
         now = time.monotonic()
         if now - self._last_poll > max(2.0, self.session_timeout / 4):
             return False  # the poll loop is stuck: it could miss a rebalance
-        return now - member.confirmed_at() < self.session_timeout / 2
+        confirmed = max(member.last_heartbeat(), self._joined_at)
+        return now - confirmed < self.session_timeout / 2
 
     def close(self) -> None:
         """Leave the group (the others take over at once, without waiting for a timeout)."""
@@ -145,6 +147,7 @@ class Membership:
         self.on_revoke()
 
     def _assigned(self, assignment: Assignment) -> None:
+        self._joined_at = time.monotonic()  # the coordinator just confirmed us
         self._assignment = assignment
         self.metrics.assigned_partitions.set(len(assignment.keys))
         self.metrics.group_members.set(assignment.members)

@@ -89,6 +89,7 @@ class Runner:
         self._generation: int | None = None
         self._groups: dict[SourcePartition, int] = {}
         self._source_trouble = False
+        self._unsure = False  # tasks lost their lease: where their partitions stand is unknown
         self._gap_from: float | None = None
         self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
         self._closed = False
@@ -202,8 +203,9 @@ class Runner:
     def _round_once(self, todo: list[PartitionRoute], attempt: int) -> None:
         if self.stop_event.is_set():
             return
-        if attempt > 1:
+        if attempt > 1 or self._unsure:
             self._resync(todo, "delivered without ack")
+            self._unsure = False
         self._fail_over_if_needed(todo)
         engine, channel = self.backend.ready(len(self.routes))
         current = self._submit_round(todo, engine.slots)
@@ -263,6 +265,14 @@ class Runner:
         self.status.record_round(wall, current.stop_reason or "end")
         failures = [r for r in results if r.error is not None]
         self._source_trouble = any(r.error and r.error.kind == "source" for r in failures)
+        # A task that lost its lease stopped because this driver could not vouch for it (it was
+        # frozen, or lost its group membership): not a failure, but its last records may have
+        # landed unacknowledged, so the next round first re-reads where things stand.
+        lost = [r for r in failures if r.error is not None and r.error.kind == "channel"]
+        failures = [r for r in failures if r not in lost]
+        if lost:
+            log.info("round %d: %d task(s) stopped without a lease", current.round_id, len(lost))
+            self._unsure = True
         log.info(
             "round %d ended (%s) after %.1fs: %d tasks, %d records relayed so far",
             current.round_id,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.relay_env import write_config
-from tests.integration.test_relay_cli import Finished, assert_one_error_line
 from tests.kafka_env import Record, create_topic, produce, read_all, unique_topic
+from tests.support.ktm_process import Finished, assert_one_error_line
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,6 +51,7 @@ def test_check_prints_the_plan_and_relays_nothing(source_broker, target_broker, 
     assert f"{src}[0] -> {dst}[0]: from offset 0, end 15, lag 15" in run.stdout
     assert f"{src}[1] -> {dst}[1]: from offset 0, end 15, lag 15" in run.stdout
     assert "2 partitions, 30 records to relay; nothing was relayed" in run.stdout
+    assert "group ktm.relay: no ktm process runs on this config now" in run.stdout
     assert all(not records for records in read_all(target_broker.bootstrap, dst).values())
 
 

@@ -7,24 +7,15 @@ whatever happened, together with everything else in its session: its JVM and the
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.relay_env import (
     assert_exact_copy,
@@ -34,139 +25,19 @@ from tests.integration.relay_env import (
     write_config,
 )
 from tests.kafka_env import Record, create_topic, free_port, produce, read_all, unique_topic
+from tests.support.ktm_process import (
+    SPARK_NOISE,
+    assert_one_error_line,
+    assert_only_log_lines,
+    ktm,
+    live_session_members,
+    run_ktm,
+    scrape,
+    spark_sessions,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(170)
-
-KTM = str(Path(sys.executable).parent / "ktm")
-# What a successful run may print on stderr: ktm's own log lines and nothing else (no Spark or
-# JVM chatter such as "WARN NativeCodeLoader", "log4j", "Using Spark's default ...").
-LOG_LINE = re.compile(r"\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR|CRITICAL) +[\w.]+: ")
-SPARK_NOISE = ("NativeCodeLoader", "log4j", "Using Spark's default", "WARN ", "SparkContext")
-
-
-@dataclass
-class Finished:
-    returncode: int
-    stdout: str
-    stderr: str
-    elapsed: float
-
-    def error_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.startswith("ktm: ")]
-
-
-class Ktm:
-    """One `ktm relay` process in a session of its own, output captured in files."""
-
-    def __init__(self, tmp_path: Path, *args: str):
-        self.out_path = tmp_path / f"ktm-{time.monotonic_ns()}.out"
-        self.err_path = self.out_path.with_suffix(".err")
-        env = {**os.environ, "KTM_LOG_DIR": str(tmp_path / "ktm-logs")}
-        with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
-            self.started = time.monotonic()
-            self.proc = subprocess.Popen(
-                [KTM, "relay", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                start_new_session=True,  # its own group: the JVM and workers can be killed too
-            )
-
-    def wait(self, timeout: float) -> Finished:
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"ktm did not exit within {timeout}s; stderr:\n{self.stderr()}")
-        return Finished(
-            code, self.out_path.read_text(), self.stderr(), time.monotonic() - self.started
-        )
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def signal_group(self, signum: int) -> None:
-        """Like Ctrl+C in a terminal: ktm and its JVM (PySpark's worker daemon has its own
-        process group, in ktm's session)."""
-        try:
-            os.killpg(self.proc.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    def kill(self) -> None:
-        """SIGKILL to every process of the session: ktm, its JVM, the Python workers; safe
-        twice. Returns once none of them is left."""
-        deadline = time.monotonic() + 30
-        while members := live_session_members(self.proc.pid):
-            for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            self.proc.poll()  # reaps ktm itself; the others are reparented and reaped
-            assert time.monotonic() < deadline, f"processes {members} survive SIGKILL"
-            time.sleep(0.05)
-        self.proc.wait(timeout=30)
-
-
-def live_session_members(sid: int) -> list[int]:
-    """Processes of session ``sid`` that are not zombies (Linux /proc)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _ppid, _pgrp, session = stat.read_text().rsplit(")", 1)[1].split()[:4]
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if int(session) == sid and state != "Z":
-            members.append(int(stat.parent.name))
-    return members
-
-
-@contextmanager
-def ktm(tmp_path: Path, *args: str) -> Iterator[Ktm]:
-    process = Ktm(tmp_path, *args)
-    try:
-        yield process
-    finally:
-        process.kill()
-
-
-def run_ktm(tmp_path: Path, *args: str, timeout: float) -> Finished:
-    with ktm(tmp_path, *args) as process:
-        return process.wait(timeout)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, process: Ktm) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process.proc.poll() is not None:
-            pytest.fail(
-                f"ktm exited ({process.proc.returncode}) before {what}:\n{process.stderr()}"
-            )
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting until {what}:\n{process.stderr()}")
-        time.sleep(0.2)
-
-
-def assert_only_log_lines(stderr: str) -> None:
-    """No Spark/Java output and no traceback: every line is one of ktm's log lines."""
-    assert "Traceback" not in stderr
-    strays = [line for line in stderr.splitlines() if not LOG_LINE.match(line)]
-    assert strays == [], f"not ktm log lines on stderr: {strays}"
-
-
-def assert_one_error_line(run: Finished, code: int, *mentions: str) -> str:
-    """Exit ``code``, no traceback, exactly one `ktm: error:` line naming ``mentions``; any
-    other line is one of ktm's log lines (a logged retry, for instance)."""
-    assert run.returncode == code, run.stderr
-    assert "Traceback" not in run.stderr
-    errors = run.error_lines()
-    assert len(errors) == 1, run.stderr
-    assert errors[0].startswith("ktm: error: "), run.stderr
-    for mention in mentions:
-        assert mention in errors[0]
-    others = [line for line in run.stderr.splitlines() if line not in errors]
-    assert all(LOG_LINE.match(line) for line in others), run.stderr
-    return errors[0]
 
 
 def topics_on(bootstrap: str) -> set[str]:
@@ -326,30 +197,6 @@ def test_unknown_config_key_exits_2_naming_the_key(source_broker, target_broker,
 # --- signals and metrics ----------------------------------------------------------------------
 
 
-def scrape(port: int) -> dict[tuple[str, ...], float]:
-    """ktm_messages_produced_total samples by (source_topic, source_partition, target_topic,
-    target_partition); {} while the server is not up."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-            text = response.read().decode()
-    except OSError:
-        return {}
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "ktm_messages_produced_total":
-                labels = sample.labels
-                assert set(labels) == {
-                    "source_topic",
-                    "source_partition",
-                    "target_topic",
-                    "target_partition",
-                }
-                key = tuple(labels[k] for k in sorted(labels))
-                samples[key] = sample.value
-    return samples
-
-
 class BackgroundProducer:
     """Keeps producing small batches, round-robin over partitions, until stopped."""
 
@@ -473,24 +320,6 @@ def test_metrics_follow_the_destination_within_two_seconds(source_broker, target
 
 def destination_count(bootstrap: str, topic: str) -> int:
     return sum(len(records) for records in read_all(bootstrap, topic).values())
-
-
-def spark_sessions(tmp_path: Path) -> list[int]:
-    """Session ids of this test's Spark JVMs (each runs in a session of its own, led by the
-    JVM; its Python workers are in it too), found by the log directory on their command line."""
-    marker = str(tmp_path / "ktm-logs").encode()
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if marker in cmdline.read_bytes():
-                stat = (cmdline.parent / "stat").read_text()
-                found.append(int(stat.rsplit(")", 1)[1].split()[3]))
-        except (OSError, IndexError):
-            continue
-    return sorted(set(found))
-
-
-# --- output -----------------------------------------------------------------------------------
 
 
 def test_debug_names_the_spark_log_which_holds_what_the_terminal_does_not(

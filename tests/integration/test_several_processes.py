@@ -1,0 +1,215 @@
+"""Several `ktm relay` processes on one config, while a feeder keeps writing: they share the
+partitions through a consumer group on the target cluster, and every record arrives once.
+
+Each test runs real processes (each with its own Spark), kills or freezes some of them, and then
+checks every destination partition record by record against its source partition.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.relay_env import assert_exact_copy, write_config
+from tests.kafka_env import (
+    NO_KILL_REASON,
+    Record,
+    brokers_are_external,
+    create_topic,
+    free_port,
+    produce,
+    read_all,
+    unique_topic,
+)
+from tests.support.ktm_process import Ktm, metric_total, wait_for
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON),
+]
+
+PARTITIONS = 6
+SESSION = "2s"  # the group's session timeout in these tests (production default: 10s)
+
+
+class Feeder:
+    """Writes numbered records to every partition, in batches, until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, per_batch: int = 60, pause: float = 0.05):
+        self.bootstrap, self.topic = bootstrap, topic
+        self.per_batch, self.pause = per_batch, pause
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = [
+                Record(
+                    key=b"k%d" % n,
+                    value=b"%08d" % n + b"." * 92,
+                    headers=[("n", b"%d" % n)],
+                    partition=n % PARTITIONS,
+                )
+                for n in range(self.sent, self.sent + self.per_batch)
+            ]
+            self.sent += produce(self.bootstrap, self.topic, batch)
+            time.sleep(self.pause)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        return self.sent
+
+
+class Setup:
+    def __init__(self, source, target, tmp_path: Path):
+        self.source, self.target, self.tmp_path = source, target, tmp_path
+        self.topic = create_topic(source.bootstrap, unique_topic("many-src"), PARTITIONS)
+        self.dest = create_topic(target.bootstrap, unique_topic("many-dst"), PARTITIONS)
+        self.group = unique_topic("many-group")
+        self.processes: list[tuple[Ktm, int]] = []
+
+    def start(self) -> tuple[Ktm, int]:
+        """One more `ktm relay` on the shared config (its own metrics port)."""
+        port = free_port()
+        config = write_config(
+            self.tmp_path / f"c-{port}.toml",
+            source=self.source.bootstrap,
+            target=self.target.bootstrap,
+            topics={self.topic: self.dest},
+            app=f'metrics_addr = "127.0.0.1:{port}"\ngroup_id = "{self.group}"',
+        )
+        text = config.read_text().replace(
+            'session_timeout = "2s"', f'session_timeout = "{SESSION}"'
+        )
+        config.write_text(text)
+        process = Ktm(self.tmp_path, "--config", str(config), "--no-progress")
+        self.processes.append((process, port))
+        return process, port
+
+    def arrived(self) -> int:
+        return sum(
+            len(rs) for rs in read_all(self.target.bootstrap, self.dest, timeout=30).values()
+        )
+
+    def check_exactly_once(self) -> None:
+        source = read_all(self.source.bootstrap, self.topic, timeout=30)
+        copied = [
+            r for rs in read_all(self.target.bootstrap, self.dest, timeout=30).values() for r in rs
+        ]
+        assert_exact_copy(source, copied, self.topic)
+
+    def stop_all(self) -> None:
+        """SIGTERM to every process still running; each exits 0."""
+        running = [process for process, _ in self.processes if process.proc.poll() is None]
+        for process in running:
+            process.proc.send_signal(signal.SIGTERM)
+        for process in running:
+            run = process.wait(timeout=30)
+            assert run.returncode == 0, run.stderr
+
+    def kill_all(self) -> None:
+        for process, _ in self.processes:
+            process.kill()
+
+
+@pytest.fixture
+def setup(source_broker, target_broker, tmp_path):
+    s = Setup(source_broker, target_broker, tmp_path)
+    yield s
+    s.kill_all()
+
+
+def assigned(port: int) -> float | None:
+    return metric_total(port, "ktm_assigned_partitions")
+
+
+def members(port: int) -> float | None:
+    return metric_total(port, "ktm_group_members")
+
+
+def settle(setup: Setup, feeder: Feeder, first: Ktm) -> None:
+    sent = feeder.stop()
+    wait_for(lambda: setup.arrived() >= sent, 120, f"all {sent} records", first)
+    time.sleep(1.0)  # anything duplicated late would show now
+
+
+def test_two_processes_share_the_partitions_and_a_third_joining_changes_nothing(setup, tmp_path):
+    feeder = Feeder(setup.source.bootstrap, setup.topic)
+    (a, port_a), (_, port_b) = setup.start(), setup.start()
+    try:
+        wait_for(lambda: setup.arrived() >= 2000, 180, "records flowing", a)
+        wait_for(lambda: members(port_a) == 2 and members(port_b) == 2, 60, "two members", a)
+        wait_for(lambda: (assigned(port_a), assigned(port_b)) == (3, 3), 60, "a 3/3 share", a)
+        config = str(tmp_path / f"c-{port_a}.toml")
+        check = subprocess.run(
+            [sys.executable, "-m", "relay.cli", "check", "--config", config],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert check.returncode == 0, check.stderr
+        assert "2 ktm process(es) run on this config now" in check.stdout
+
+        c, port_c = setup.start()  # a third one joins mid-stream
+        wait_for(lambda: all(assigned(p) == 2 for p in (port_a, port_b, port_c)), 90, "2/2/2", c)
+        before = setup.arrived()
+        wait_for(lambda: setup.arrived() >= before + 1000, 60, "records still flowing", c)
+        settle(setup, feeder, a)
+        setup.stop_all()
+    finally:
+        feeder.stop()
+    setup.check_exactly_once()
+
+
+def test_kill_9_of_one_process_hands_its_partitions_to_the_other(setup, tmp_path):
+    feeder = Feeder(setup.source.bootstrap, setup.topic)
+    (a, port_a), (b, port_b) = setup.start(), setup.start()
+    try:
+        wait_for(lambda: (assigned(port_a), assigned(port_b)) == (3, 3), 180, "a 3/3 share", a)
+        wait_for(lambda: setup.arrived() >= 1000, 60, "records flowing", a)
+        killed_at = time.monotonic()
+        a.kill()  # ktm, its JVM and its Python workers: nothing gets to flush or commit
+        wait_for(lambda: assigned(port_b) == 6, 60, "the survivor owning every partition", b)
+        handover = time.monotonic() - killed_at
+        before = setup.arrived()
+        wait_for(lambda: setup.arrived() >= before + 1000, 60, "records flowing again", b)
+        print(f"\nhandover after kill -9: {handover:.1f}s (session timeout {SESSION})")
+        settle(setup, feeder, b)
+        setup.stop_all()
+    finally:
+        feeder.stop()
+    setup.check_exactly_once()
+
+
+def test_a_frozen_process_stops_writing_before_its_partitions_move(setup, tmp_path):
+    """SIGSTOP freezes one ktm (its driver: heartbeats and lease renewals stop; its Spark
+    tasks run on until their lease runs out). The other takes everything over, then the frozen
+    one continues and rejoins: nothing is lost or written twice."""
+    feeder = Feeder(setup.source.bootstrap, setup.topic)
+    (a, port_a), (b, port_b) = setup.start(), setup.start()
+    try:
+        wait_for(lambda: (assigned(port_a), assigned(port_b)) == (3, 3), 180, "a 3/3 share", a)
+        wait_for(lambda: setup.arrived() >= 1000, 60, "records flowing", a)
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: assigned(port_b) == 6, 60, "the other owning everything", b)
+            before = setup.arrived()
+            wait_for(lambda: setup.arrived() >= before + 1000, 60, "records flowing again", b)
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        wait_for(lambda: (assigned(port_a), assigned(port_b)) == (3, 3), 90, "a 3/3 share again", a)
+        before = setup.arrived()
+        wait_for(lambda: setup.arrived() >= before + 1000, 60, "records flowing after", a)
+        settle(setup, feeder, a)
+        setup.stop_all()
+    finally:
+        feeder.stop()
+    setup.check_exactly_once()
