@@ -345,7 +345,7 @@ class AppConfig:
     # Session timeout of the group ktm processes on one config coordinate through: a process
     # that dies hands its partitions over after about this long.
     session_timeout: float = field(
-        default=10.0, metadata=_reads(_duration, minimum=1.0, maximum=300.0)
+        default=6.0, metadata=_reads(_duration, minimum=1.0, maximum=300.0)
     )
 
 

@@ -2,8 +2,8 @@
 
 Pure functions over ChainLinks (a segment's name plus the offsets its metadata records).
 
-A partition's segments form a chain: each starts at the previous one's next_offset. Offsets
-skipped *inside* a segment (next_offset > last + 1: compaction of the source log, transaction
+A partition's segments form a chain: each one's start (the first offset it accounts for, at or
+before its first record) is the previous one's next_offset. Offsets skipped *inside* a segment (next_offset > last + 1: compaction of the source log, transaction
 markers) are legal and never reported. Compaction merges a run of level-N segments into one
 level-N+1 segment and then deletes the inputs; a crash in between leaves both, so a segment
 contained in another one is superseded: the container is replayed, the contained one skipped,
@@ -35,6 +35,11 @@ class ChainLink:
     size: int | None = None
     modified: float | None = None  # Unix seconds
     ref: SegmentRef | None = field(default=None, compare=False, repr=False)
+    start: int = -1  # -1: the same as first (see SegmentMeta.start)
+
+    def __post_init__(self) -> None:
+        if self.start == -1:
+            object.__setattr__(self, "start", self.first)
 
     @classmethod
     def of(cls, ref: SegmentRef, meta: SegmentMeta) -> ChainLink:
@@ -49,6 +54,7 @@ class ChainLink:
             ref.size,
             ref.modified,
             ref,
+            meta.start,
         )
 
 
@@ -97,16 +103,16 @@ def plan_chain(links: Iterable[ChainLink], *, start: int | None = None) -> Chain
     if start is not None:
         kept = [link for link in kept if link.next_offset > start]
     problems: list[ChainProblem] = []
-    if kept and start is not None and kept[0].first > start:
-        problems.append(ChainProblem("hole", start, kept[0].first - 1, (kept[0].key,)))
+    if kept and start is not None and kept[0].start > start:
+        problems.append(ChainProblem("hole", start, kept[0].start - 1, (kept[0].key,)))
     for previous, link in pairwise(kept):
         keys = (previous.key, link.key)
-        if link.first > previous.next_offset:
-            problems.append(ChainProblem("hole", previous.next_offset, link.first - 1, keys))
-        elif link.first < previous.next_offset:
+        if link.start > previous.next_offset:
+            problems.append(ChainProblem("hole", previous.next_offset, link.start - 1, keys))
+        elif link.start < previous.next_offset:
             # Starts inside the previous segment's range (or its skipped offsets), ends after it.
             overlap_end = min(previous.next_offset - 1, link.last)
-            problems.append(ChainProblem("overlap", link.first, overlap_end, keys))
+            problems.append(ChainProblem("overlap", link.start, overlap_end, keys))
     return ChainPlan(tuple(kept), tuple(superseded), tuple(problems))
 
 
@@ -121,15 +127,15 @@ def restore_chain(links: Iterable[ChainLink], *, start: int | None = None) -> li
 def _drop_contained(links: Iterable[ChainLink]) -> tuple[list[ChainLink], list[ChainLink]]:
     """Split links into (kept, superseded): a link inside another one's range is superseded.
 
-    Sorted by first offset, widest first, highest level first on a tie, a link is contained
-    in an earlier one exactly when it ends no later than the last kept link, whose end is the
-    furthest seen so far.
+    Ranges are [start, next_offset). Sorted by start, widest first, highest level first on a
+    tie, a link is contained in an earlier one exactly when it ends no later than the last kept
+    link, whose end is the furthest seen so far.
     """
-    ordered = sorted(links, key=lambda link: (link.first, -link.last, -link.level))
+    ordered = sorted(links, key=lambda link: (link.start, -link.next_offset, -link.level))
     kept: list[ChainLink] = []
     superseded: list[ChainLink] = []
     for link in ordered:
-        if kept and link.last <= kept[-1].last:
+        if kept and link.next_offset <= kept[-1].next_offset:
             superseded.append(link)
         else:
             kept.append(link)
@@ -159,7 +165,7 @@ def compaction_plan(
     run: list[ChainLink] = []
     for link in plan.links:
         eligible = link.level == level and _old_enough(link, min_age, now)
-        joins = eligible and run and run[-1].next_offset == link.first
+        joins = eligible and run and run[-1].next_offset == link.start
         if joins and _fits(run + [link], max_bytes, max_records):
             run.append(link)
             continue
@@ -194,11 +200,12 @@ def merged_meta(metas: Sequence[SegmentMeta], *, level: int | None = None) -> Se
     source = (head.cluster, head.topic, head.partition)
     for previous, meta in pairwise(metas):
         if (meta.cluster, meta.topic, meta.partition) != source or (
-            meta.first != previous.next_offset
+            meta.start != previous.next_offset
         ):
             raise ValueError(
-                f"segment {meta.first}-{meta.last} does not follow {previous.first}-"
-                f"{previous.last} (next offset {previous.next_offset}) of the same partition"
+                f"segment {meta.first}-{meta.last} (start {meta.start}) does not follow "
+                f"{previous.first}-{previous.last} (next offset {previous.next_offset}) of the "
+                "same partition"
             )
     return SegmentMeta(
         cluster=head.cluster,
@@ -211,4 +218,5 @@ def merged_meta(metas: Sequence[SegmentMeta], *, level: int | None = None) -> Se
         count=sum(meta.count for meta in metas),
         min_timestamp=min(meta.min_timestamp for meta in metas),
         max_timestamp=max(meta.max_timestamp for meta in metas),
+        start=head.start,
     )

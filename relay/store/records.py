@@ -41,6 +41,10 @@ class SegmentMeta:
     ``next_offset`` is the consume position after the segment. It may exceed ``last + 1``: the
     source log can skip offsets (compaction, transaction markers), so the next segment of the
     chain starts at ``next_offset``, not at ``last + 1``, and the skipped offsets are no hole.
+    ``start`` is the first offset the segment accounts for: the previous segment's next offset.
+    It is below ``first`` when offsets before the first record hold nothing to keep (records a
+    backup filter dropped, or gaps of the source log), so the chain rule is start == previous
+    next_offset, and filtered or skipped offsets never read as a hole.
     """
 
     cluster: str
@@ -55,9 +59,14 @@ class SegmentMeta:
     max_timestamp: int
     ktm_version: str = __version__
     schema_version: int = SCHEMA_VERSION
+    start: int = -1  # -1: the same as first
 
     def __post_init__(self) -> None:
+        if self.start == -1:
+            object.__setattr__(self, "start", self.first)
         problems = []
+        if not 0 <= self.start <= self.first:
+            problems.append(f"start {self.start} must be >= 0 and <= first {self.first}")
         if not 0 <= self.first <= self.last < self.next_offset:
             problems.append(
                 f"offsets must satisfy 0 <= first <= last < next_offset, "
@@ -101,6 +110,7 @@ META_FIELD_TYPES: dict[str, type] = {
     "count": int,
     "min_timestamp": int,
     "max_timestamp": int,
+    "start": int,
     "ktm_version": str,
     "schema_version": int,
 }
@@ -252,11 +262,13 @@ class SegmentBuffer:
         *,
         next_offset: int | None = None,
         level: int = 0,
+        start: int | None = None,
     ) -> SegmentMeta:
         """The metadata of a segment holding exactly this buffer; ValueError if it is empty.
 
         ``next_offset`` defaults to last + 1; pass the consumer's position when the source log
-        skipped offsets after the last record.
+        skipped offsets after the last record. ``start`` defaults to the first offset; pass the
+        previous segment's next offset when records before the first one were left out.
         """
         if not self._offsets:
             raise ValueError("an empty buffer makes no segment")
@@ -272,4 +284,5 @@ class SegmentBuffer:
             count=len(self._offsets),
             min_timestamp=self._min_timestamp,
             max_timestamp=self._max_timestamp,
+            start=self._offsets[0] if start is None else start,
         )

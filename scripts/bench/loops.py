@@ -1,16 +1,16 @@
-"""The two baseline relays scripts/bench.py compares ktm with: the loop every team writes.
+"""The baseline relays ktm is compared with: the loop every team writes, in one process.
 
-    python scripts/bench_loops.py naive     --src HOST:PORT --dst HOST:PORT --source T --target T2 \
-        --partitions 4 --group G [--idle-exit 5]
-    python scripts/bench_loops.py confluent ...same flags...   (needs: pip install confluent-kafka)
+    python -m scripts.bench.loops naive --src HOST:PORT --dst HOST:PORT --source T --target T2 \
+        --partitions 4 --group G [--follow]
+    python -m scripts.bench.loops confluent ...same flags...   (needs: pip install confluent-kafka)
 
 Both do, per batch of consumed records: produce each record (same key, value, headers, partition
-and timestamp), flush (wait for every ack), commit the source offsets. No Spark, one process.
+and timestamp), flush (wait for every ack), commit the source offsets. No Spark.
 
-Without --idle-exit a loop stops when every source partition is at its real end (the high
-watermark of a fetch; Tansu's ListOffsets under-reports it). With --idle-exit S it follows the
-topic and stops S seconds after the last record, once it has relayed at least one (or on
-SIGTERM). The last stdout line is a JSON summary: records relayed and the loop's own seconds.
+Without --follow a loop stops when every source partition is at its real end (the high
+watermark of a fetch; Tansu's ListOffsets under-reports it). With --follow it relays until
+SIGTERM or SIGINT, then finishes its batch and exits 0. The last stdout line is a JSON summary:
+records relayed and the loop's own seconds (interpreter start and imports excluded).
 """
 
 from __future__ import annotations
@@ -26,28 +26,17 @@ CONSUME_BATCH = 500  # kafka-python's default max_poll_records; the confluent lo
 
 
 class Progress:
-    """Counts relayed records and decides when a follow-mode (--idle-exit) loop is done."""
+    """Counts relayed records; a signal only sets a flag, the loop stops between batches."""
 
-    def __init__(self, idle_exit: float | None):
-        self.idle_exit = idle_exit
+    def __init__(self) -> None:
         self.records = 0
         self.started = time.monotonic()
-        self.last_record = self.started
         self.stopped = False
         signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
 
     def _stop(self, _signum: int, _frame: Any) -> None:
         self.stopped = True
-
-    def add(self, count: int) -> None:
-        if count:
-            self.records += count
-            self.last_record = time.monotonic()
-
-    def idle(self) -> bool:
-        if self.idle_exit is None or self.records == 0:
-            return False
-        return time.monotonic() - self.last_record > self.idle_exit
 
     def summary(self) -> str:
         seconds = time.monotonic() - self.started
@@ -68,11 +57,11 @@ def run_naive(args: argparse.Namespace) -> Progress:
     producer = KafkaProducer(bootstrap_servers=args.dst, acks="all", linger_ms=5)
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
-    progress = Progress(args.idle_exit)
+    progress = Progress()
     try:
-        while not (progress.stopped or progress.idle()):
-            progress.add(_naive_batch(args.target, consumer, producer))
-            if args.idle_exit is None and _naive_at_end(consumer, tps):
+        while not progress.stopped:
+            progress.records += _naive_batch(args.target, consumer, producer)
+            if not args.follow and _naive_at_end(consumer, tps):
                 break
     finally:
         producer.close()
@@ -138,12 +127,12 @@ def run_confluent(args: argparse.Namespace) -> Progress:
     consumer.assign(
         [TopicPartition(args.source, p, OFFSET_BEGINNING) for p in range(args.partitions)]
     )
-    progress = Progress(args.idle_exit)
+    progress = Progress()
     at_end: set[int] = set()
     try:
-        while not (progress.stopped or progress.idle()):
-            progress.add(_confluent_batch(args.target, consumer, producer, at_end))
-            if args.idle_exit is None and len(at_end) == args.partitions:
+        while not progress.stopped:
+            progress.records += _confluent_batch(args.target, consumer, producer, at_end)
+            if not args.follow and len(at_end) == args.partitions:
                 break
     finally:
         producer.flush(30)
@@ -182,7 +171,7 @@ def _confluent_batch(target: str, consumer: Any, producer: Any, at_end: set[int]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("kind", choices=["naive", "confluent"])
     parser.add_argument("--src", required=True, help="source bootstrap host:port")
     parser.add_argument("--dst", required=True, help="destination bootstrap host:port")
@@ -190,7 +179,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--target", required=True, help="destination topic (same partitions)")
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--group", required=True, help="consumer group for the commits")
-    parser.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS")
+    parser.add_argument("--follow", action="store_true", help="relay until SIGTERM/SIGINT")
     return parser.parse_args(argv)
 
 

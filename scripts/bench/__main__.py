@@ -1,0 +1,106 @@
+"""`python -m scripts.bench [--quick] [--sections a,b] ...`: run the chosen measurements on two
+local Tansu brokers started here, print each table as it is done and all of them at the end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from scripts.bench import measure_copy, measure_live, measure_stop
+from scripts.bench.contenders import Bench, has_confluent, ktm_version
+from scripts.bench.data import Cluster
+from scripts.bench.machine import header, load_average
+from scripts.bench.options import Options, parse_args
+from scripts.bench.processes import kill_all
+from scripts.bench.report import Table
+
+MEASURES: dict[str, Callable[[Bench, Options], Table]] = {
+    "throughput": measure_copy.throughput,
+    "steady": measure_copy.steady,
+    "partitions": measure_copy.partitions,
+    "latency": measure_live.latency,
+    "metrics_lag": measure_live.metrics_lag,
+    "stop": measure_stop.stop,
+    "first_record": measure_live.first_record,
+    "scaling": measure_copy.scaling,
+}
+BAD_CHECKS = ("WRONG", "FAILED")
+
+
+class Interrupts:
+    """SIGINT/SIGTERM: the first one unwinds (every with/finally reaps processes and stops the
+    brokers); the next ones must not cut that clean-up short, except a third: the way out if the
+    clean-up hangs (contenders are still killed)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        signal.signal(signal.SIGINT, self.handle)
+        signal.signal(signal.SIGTERM, self.handle)
+
+    def handle(self, _signum: int, _frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count == 1:
+            raise KeyboardInterrupt
+        if self.count == 2:
+            print("\nstill cleaning up (brokers, contenders); once more to abandon", flush=True)
+            return
+        kill_all()
+        os._exit(130)
+
+
+def describe(opts: Options) -> str:
+    mode = "QUICK smoke run (numbers are not comparable)" if opts.quick else "full sizes"
+    extra = f"; ktm config extras {list(opts.ktm_set)}" if opts.ktm_set else ""
+    missing = "" if has_confluent() else " (confluent-kafka not installed: its rows skipped)"
+    return (
+        f"{mode}; sections {','.join(opts.sections)}; contenders {','.join(opts.contenders)}"
+        f"{missing}; {opts.size} B values + key + 2 headers{extra}"
+    )
+
+
+def run_sections(bench: Bench, opts: Options) -> tuple[list[Table], bool]:
+    tables, ok = [], True
+    for name in opts.sections:
+        try:
+            table = MEASURES[name](bench, opts)
+        except Exception:  # noqa: BLE001 - one broken section must not hide the others
+            print(f"\n[{name}] FAILED:\n{traceback.format_exc()}", flush=True)
+            ok = False
+            continue
+        finally:
+            kill_all()  # nothing started by one section lives on into the next
+        print("\n" + table.render(), flush=True)
+        tables.append(table)
+        ok &= not any(cell.startswith(BAD_CHECKS) for row in table.rows for cell in row)
+    return tables, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    print(header(describe(opts), ktm_version()), flush=True)  # no ktm: fails here, not later
+    workdir = Path(tempfile.mkdtemp(prefix="ktm-bench-"))
+    Interrupts()
+    try:
+        with Cluster(workdir) as cluster:
+            tables, ok = run_sections(Bench(cluster, workdir, opts.ktm_set), opts)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: contenders and brokers stopped; logs in {workdir}", flush=True)
+        return 130
+    finally:
+        kill_all()
+    print("\n" + "=" * 100 + "\nALL RESULTS\n")
+    print("\n\n".join(table.render() for table in tables))
+    print(f"\nload average at the end: {load_average()}; logs and configs: {workdir}")
+    if not ok:
+        print("SOME RUNS FAILED OR COPIED WRONG DATA: see the check columns and the log above")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Command-line options. Every size has a full default and a --quick default (a smoke run that
+checks each section end to end in seconds); an explicit flag wins over both."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from scripts.bench.contenders import CONTENDERS
+
+SECTIONS = (
+    "throughput",
+    "steady",
+    "partitions",
+    "latency",
+    "metrics_lag",
+    "stop",
+    "first_record",
+    "scaling",
+)
+DEFAULT_SECTIONS = SECTIONS[:-1]  # scaling is optional: four more Spark runs on big backlogs
+
+
+@dataclass(frozen=True)
+class Options:
+    sections: tuple[str, ...]
+    contenders: tuple[str, ...]
+    records: tuple[int, ...]  # throughput sizes
+    size: int  # value bytes
+    partitions: int  # throughput, steady, latency, metrics_lag, stop, first_record
+    steady_records: int
+    many: tuple[tuple[int, int], ...]  # (partitions, records) for the partitions section
+    rate: float  # records/s fed to a running relay (latency, metrics_lag, stop)
+    seconds: float  # how long (latency, metrics_lag)
+    stop_after: float  # seconds of flowing records before the stop signal
+    first_records: int  # backlog waiting when ktm starts (first_record)
+    scaling: tuple[int, ...]
+    scaling_records: int
+    ktm_set: tuple[str, ...]
+    quick: bool
+
+
+# option: (full run, --quick). --quick keeps every section's shape (partition counts included)
+# and shrinks the data: each section then takes seconds, plus a Spark start per ktm run.
+PRESETS: dict[str, tuple[Any, Any]] = {
+    "records": ((100_000, 300_000), (20_000,)),
+    "steady_records": (1_000_000, 400_000),
+    "many": (((48, 96_000), (256, 128_000)), ((48, 9_600), (256, 12_800))),
+    "rate": (5000.0, 1000.0),
+    "seconds": (20.0, 5.0),
+    "stop_after": (5.0, 2.0),
+    "first_records": (10_000, 2_000),
+    "scaling": ((1, 2, 4, 8), (1, 2)),
+    "scaling_records": (400_000, 300_000),
+}
+
+
+def names(allowed: tuple[str, ...]) -> argparse._ActionType:
+    def parse(text: str) -> tuple[str, ...]:
+        chosen = tuple(x.strip() for x in text.split(",") if x.strip())
+        unknown = sorted(set(chosen) - set(allowed))
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {unknown}; choose from {','.join(allowed)}")
+        return chosen
+
+    return parse
+
+
+def ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def cases(text: str) -> tuple[tuple[int, int], ...]:
+    """'48:96000,256:128000' -> ((48, 96000), (256, 128000))"""
+    pairs = [item.split(":") for item in text.split(",") if item.strip()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise argparse.ArgumentTypeError("expected PARTITIONS:RECORDS[,PARTITIONS:RECORDS...]")
+    return tuple((int(p), int(r)) for p, r in pairs)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m scripts.bench",
+        description="Benchmark ktm against plain consume/produce loops on local Tansu brokers.",
+    )
+    add = p.add_argument
+    add(
+        "--sections",
+        type=names(SECTIONS),
+        default=DEFAULT_SECTIONS,
+        help=f"comma-separated, of: {','.join(SECTIONS)} (default: all but scaling)",
+    )
+    add(
+        "--contenders",
+        type=names(CONTENDERS),
+        default=CONTENDERS,
+        help="ktm,naive,confluent (confluent rows are skipped if it is not installed)",
+    )
+    add("--quick", action="store_true", help="small sizes: a smoke run of every section")
+    add("--records", type=ints, help="throughput sizes, e.g. 100000,300000")
+    add("--size", type=int, default=100, help="value bytes (>= 16) [100]")
+    add("--partitions", type=int, default=4, help="partitions of all but the many/scaling runs")
+    add("--steady-records", type=int, help="backlog for the steady state [1000000]")
+    add(
+        "--many",
+        type=cases,
+        help="partitions section: PARTITIONS:RECORDS,... [48:96000,256:128000]",
+    )
+    add("--rate", type=float, help="records/s fed to a running relay [5000]")
+    add("--seconds", type=float, help="seconds of feed for latency and metrics_lag [20]")
+    add("--stop-after", type=float, help="seconds of flowing data before the stop signal [5]")
+    add("--first-records", type=int, help="backlog waiting for first_record [10000]")
+    add("--scaling", type=ints, help="partition counts for scaling [1,2,4,8]")
+    add("--scaling-records", type=int, help="backlog per scaling run [400000]")
+    add(
+        "--ktm-set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=TOML",
+        help="extra ktm config (TOML value), e.g. --ktm-set spark.slots=4",
+    )
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> Options:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.size < 16:
+        p.error("--size must be at least 16 (each value starts with its sequence number)")
+    for item in args.ktm_set:
+        if "=" not in item or "." not in item.partition("=")[0]:
+            p.error(f"--ktm-set {item!r}: expected SECTION.KEY=VALUE, e.g. spark.slots=4")
+
+    def pick(name: str) -> Any:
+        given = getattr(args, name)
+        return PRESETS[name][args.quick] if given is None else given
+
+    return Options(
+        sections=args.sections,
+        contenders=args.contenders,
+        records=pick("records"),
+        size=args.size,
+        partitions=args.partitions,
+        steady_records=pick("steady_records"),
+        many=pick("many"),
+        rate=pick("rate"),
+        seconds=pick("seconds"),
+        stop_after=pick("stop_after"),
+        first_records=pick("first_records"),
+        scaling=pick("scaling"),
+        scaling_records=pick("scaling_records"),
+        ktm_set=tuple(args.ktm_set),
+        quick=args.quick,
+    )

@@ -1,0 +1,219 @@
+"""Contender processes: started in their own session, watched as a whole tree (peak RSS/PSS,
+CPU seconds, every descendant ever seen), and always reaped, even on Ctrl+C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+import psutil
+
+from scripts.bench.machine import REPO
+
+SAMPLE_EVERY_S = 0.25
+FAST_SAMPLE_EVERY_S, FAST_SAMPLING_S = 0.05, 2.0
+LEFTOVER_GRACE_S = 2.0
+# ktm's text log format: "HH:MM:SS LEVEL   logger: message" (relay/logs.py)
+LOG_LEVEL_RE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR|CRITICAL)\s")
+_RUNNING: set[Launched] = set()  # what kill_all() reaps when the benchmark is interrupted
+
+
+class TreeMonitor:
+    """Samples a process and all its descendants on a thread: peak summed RSS and PSS, CPU
+    seconds, and every descendant seen (pid -> (name, create time)), to find leftovers."""
+
+    def __init__(self, pid: int):
+        self.peak_rss = self.peak_pss = 0
+        self.seen: dict[int, tuple[str, float]] = {}
+        self._cpu: dict[int, float] = {}  # pid -> last user+system seconds seen
+        self._stop = threading.Event()
+        self._root = psutil.Process(pid)
+        self._thread = threading.Thread(target=self._run, name="tree-monitor", daemon=True)
+        self._thread.start()
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self._cpu.values())
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        while True:
+            self._sample()
+            # faster at first: a loop that copies a small topic lives well under a second
+            fast = time.monotonic() - began < FAST_SAMPLING_S
+            if self._stop.wait(FAST_SAMPLE_EVERY_S if fast else SAMPLE_EVERY_S):
+                return
+
+    def _sample(self) -> None:
+        try:
+            procs = [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return
+        rss = pss = 0
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    mem, cpu = proc.memory_full_info(), proc.cpu_times()
+                    self.seen.setdefault(proc.pid, (proc.name(), proc.create_time()))
+            except psutil.Error:
+                continue
+            rss += mem.rss
+            pss += getattr(mem, "pss", mem.rss)
+            self._cpu[proc.pid] = cpu.user + cpu.system
+        self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def alive_descendants(self) -> list[psutil.Process]:
+        """Descendants seen while it ran that still exist (same pid and start time)."""
+        alive = []
+        for pid, (_name, created) in self.seen.items():
+            if pid == self._root.pid:
+                continue
+            try:
+                proc = psutil.Process(pid)
+                if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.Error:
+                continue
+        return alive
+
+
+def log_lines(text: str, *levels: str) -> list[str]:
+    """The lines of ktm's log in ``text`` at one of ``levels``."""
+    return [ln for ln in text.splitlines() if (m := LOG_LEVEL_RE.match(ln)) and m[1] in levels]
+
+
+def unformatted_lines(text: str) -> list[str]:
+    """Non-empty lines not in ktm's log format: tracebacks, a library's or the JVM's output."""
+    return [ln for ln in text.splitlines() if ln.strip() and not LOG_LEVEL_RE.match(ln)]
+
+
+@dataclass
+class Finished:
+    """How a contender's process ended and what it left."""
+
+    name: str
+    returncode: int
+    wall: float  # from launch to exit
+    stderr: str
+    stdout: str
+    peak_rss: int
+    peak_pss: int
+    cpu_seconds: float
+    leftovers: list[str] = field(default_factory=list)  # "java(1234)" still alive after exit
+
+    def tail(self, lines: int = 15) -> str:
+        return "\n    ".join(self.stderr.strip().splitlines()[-lines:])
+
+
+class Launched:
+    """One contender process. Its own session (so Ctrl+C on the benchmark does not reach it
+    and its group can be signalled as a whole); stdout/stderr to files in the work dir."""
+
+    def __init__(self, name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None):
+        self.name = name
+        self._out = workdir / f"{name}.stdout"
+        self._err = workdir / f"{name}.stderr"
+        self.started = time.monotonic()
+        with self._out.open("wb") as out, self._err.open("wb") as err:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=None if env is None else {**os.environ, **env},
+                start_new_session=True,
+            )
+        _RUNNING.add(self)
+        self.monitor = TreeMonitor(self.proc.pid)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.reap()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, signum: int, *, group: bool = False) -> None:
+        """Signal the process, or (group=True) its whole process group."""
+        if not self.alive():
+            return
+        if group:
+            os.killpg(self.proc.pid, signum)  # its pgid is its pid: start_new_session
+        else:
+            self.proc.send_signal(signum)
+
+    def stderr_text(self) -> str:
+        return self._err.read_text(errors="replace")
+
+    def stderr_size(self) -> int:
+        """Characters written to stderr so far: to tell what was logged after a given moment."""
+        return len(self.stderr_text())
+
+    def wait(self, timeout: float) -> Finished:
+        """Wait for the exit (SIGKILL to the tree after ``timeout``), then collect the run."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(f"  {self.name}: still running after {timeout:.0f} s: killed")
+            self.reap()
+            code = self.proc.wait()
+        wall = time.monotonic() - self.started
+        self.monitor.stop()
+        leftovers = self._leftovers()
+        self.reap()
+        mon = self.monitor
+        return Finished(
+            self.name,
+            code,
+            wall,
+            self.stderr_text(),
+            self._out.read_text(errors="replace"),
+            mon.peak_rss,
+            mon.peak_pss,
+            mon.cpu_seconds,
+            leftovers,
+        )
+
+    def _leftovers(self) -> list[str]:
+        """Descendants still alive LEFTOVER_GRACE_S after the exit: a JVM or worker that takes a
+        moment to go is not left behind, one that stays is."""
+        _gone, alive = psutil.wait_procs(self.monitor.alive_descendants(), LEFTOVER_GRACE_S)
+        names = self.monitor.seen
+        return [f"{names.get(p.pid, ('?', 0))[0]}({p.pid})" for p in alive]
+
+    def reap(self) -> None:
+        """SIGKILL the process, its group and every descendant it ever had; safe twice. The
+        descendants matter: a JVM in a session of its own would escape killpg."""
+        strays = self.monitor.alive_descendants()
+        for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in strays:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        self.proc.wait()
+        _RUNNING.discard(self)
+
+
+def kill_all() -> None:
+    """Reap every contender still running: the benchmark's last line of defence."""
+    for launched in list(_RUNNING):
+        launched.reap()
