@@ -3,7 +3,8 @@
 Pure functions over ChainLinks (a segment's name plus the offsets its metadata records).
 
 A partition's segments form a chain: each one's start (the first offset it accounts for, at or
-before its first record) is the previous one's next_offset. Offsets skipped *inside* a segment (next_offset > last + 1: compaction of the source log, transaction
+before its first record) is the previous one's next_offset. Offsets skipped *inside* a segment
+(next_offset > last + 1: compaction of the source log, transaction
 markers) are legal and never reported. Compaction merges a run of level-N segments into one
 level-N+1 segment and then deletes the inputs; a crash in between leaves both, so a segment
 contained in another one is superseded: the container is replayed, the contained one skipped,
