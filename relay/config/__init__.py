@@ -1,0 +1,49 @@
+"""Configuration: one TOML file read by `load_config` into frozen dataclasses.
+
+Every error is a ConfigError whose single line names the full TOML key path and the bad value, so
+the operator can fix the file without reading code. Unknown keys are errors: a misspelt key must
+fail loudly instead of silently leaving a default in force.
+
+Each dataclass field read from TOML names its reader in its metadata (`_reads`), so a key's type,
+default and checks sit on one line; `_build` reads a whole table that way.
+"""
+
+from relay.config.load import load_config
+from relay.config.model import (
+    AppConfig,
+    ClusterConfig,
+    Config,
+    FilterConfig,
+    SourcePoolConfig,
+    SparkConfig,
+    TargetConfig,
+    TopicRoute,
+)
+from relay.config.readers import (
+    COMPRESSIONS,
+    LOG_LEVELS,
+    ON_ERROR,
+    ON_MISMATCH,
+    SASL_MECHANISMS,
+    Secret,
+    parse_duration,
+)
+
+__all__ = [
+    "COMPRESSIONS",
+    "LOG_LEVELS",
+    "ON_ERROR",
+    "ON_MISMATCH",
+    "SASL_MECHANISMS",
+    "AppConfig",
+    "ClusterConfig",
+    "Config",
+    "FilterConfig",
+    "Secret",
+    "SourcePoolConfig",
+    "SparkConfig",
+    "TargetConfig",
+    "TopicRoute",
+    "load_config",
+    "parse_duration",
+]

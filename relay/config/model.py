@@ -1,0 +1,167 @@
+"""The configuration as frozen dataclasses. Each field read from TOML names its reader in its
+metadata (`_reads`), so a key's type, default and checks sit on one line."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay.config.readers import (
+    _SECRET_WORDS,
+    COMPRESSIONS,
+    LOG_LEVELS,
+    ON_ERROR,
+    ON_MISMATCH,
+    Secret,
+    _acks,
+    _bool,
+    _cert_path,
+    _choice,
+    _duration,
+    _file,
+    _filter_config,
+    _int,
+    _mechanism,
+    _metrics_addr,
+    _optional_text,
+    _password,
+    _reads,
+    _servers,
+    _spark_conf,
+    _text,
+)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How to reach one cluster: a `[[sources]]` entry, or the connection keys of `[target]`."""
+
+    name: str = field(metadata=_reads(_text))  # "target" for the target
+    servers: tuple[str, ...] = field(metadata=_reads(_servers))
+    sasl_mechanism: str | None = field(default=None, metadata=_reads(_mechanism))
+    username: str | None = field(default=None, metadata=_reads(_optional_text))
+    password: Secret | None = field(default=None, metadata=_reads(_password))
+    tls: bool = field(default=False, metadata=_reads(_bool))
+    ca_cert_path: str | None = field(default=None, metadata=_reads(_cert_path))
+    client_cert_path: str | None = field(default=None, metadata=_reads(_cert_path))
+    client_key_path: str | None = field(default=None, metadata=_reads(_cert_path))
+
+
+@dataclass(frozen=True)
+class TopicRoute:
+    """One `[topics]` entry; partition None keeps each record's source partition number."""
+
+    source: str
+    target: str
+    partition: int | None = None
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    log_level: str = field(default="info", metadata=_reads(_choice, choices=LOG_LEVELS))
+    metrics_addr: tuple[str, int] | None = field(
+        default=("127.0.0.1", 7081), metadata=_reads(_metrics_addr)
+    )
+    group_id: str = field(default="ktm", metadata=_reads(_text))  # source consumer group
+    # /healthz answers 503 when nothing was relayed for this long while there is lag.
+    stuck_after: float = field(default=120.0, metadata=_reads(_duration, positive=True))
+    # Session timeout of the group ktm processes on one config coordinate through: a process
+    # that dies hands its partitions over after about this long.
+    session_timeout: float = field(
+        default=6.0, metadata=_reads(_duration, minimum=1.0, maximum=300.0)
+    )
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str | None = field(default=None, metadata=_reads(_optional_text))  # None: local[N]
+    app_name: str = field(default="ktm", metadata=_reads(_text))
+    slots: int = field(default=0, metadata=_reads(_int, minimum=0))  # 0: ask Spark
+    # How often the driver checks whether re-planning the partition groups would pay off.
+    rebalance_interval: float = field(default=30.0, metadata=_reads(_duration, positive=True))
+    control_port: int = field(default=0, metadata=_reads(_int, minimum=0, maximum=65535))
+    conf: tuple[tuple[str, str], ...] = field(default=(), metadata=_reads(_spark_conf))
+
+
+@dataclass(frozen=True)
+class SourcePoolConfig:
+    healthcheck_interval: float = field(default=3.0, metadata=_reads(_duration, positive=True))
+    request_timeout: float = field(default=1.0, metadata=_reads(_duration, positive=True))
+    offset_lag_threshold: int = field(default=1000, metadata=_reads(_int, minimum=0))
+    max_retries: int = field(default=-1, metadata=_reads(_int, minimum=-1))  # -1: forever
+    backoff_min: float = field(default=1.0, metadata=_reads(_duration))
+    backoff_max: float = field(default=10.0, metadata=_reads(_duration))
+    randomize_initial: bool = field(default=False, metadata=_reads(_bool))
+    # What to do when the record at the resume point on a new node differs from what was relayed.
+    on_mismatch: str = field(default="stop", metadata=_reads(_choice, choices=ON_MISMATCH))
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    cluster: ClusterConfig
+    compression: str = field(default="none", metadata=_reads(_choice, choices=COMPRESSIONS))
+    linger: float = field(default=0.005, metadata=_reads(_duration))
+    batch_size: int = field(
+        default=262144, metadata=_reads(_int, minimum=1024, maximum=64 * 1024 * 1024)
+    )
+    max_retries: int = field(default=5, metadata=_reads(_int, minimum=-1))  # -1: forever
+    backoff_min: float = field(default=0.5, metadata=_reads(_duration))
+    backoff_max: float = field(default=10.0, metadata=_reads(_duration))
+    acks: str = field(default="all", metadata=_reads(_acks))
+    request_timeout: float = field(default=30.0, metadata=_reads(_duration, positive=True))
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    """A `[filters.<id>]` section, or a filter named only with `--filter PATH`."""
+
+    id: str
+    path: str = field(metadata=_reads(_file))  # absolute
+    enabled: bool = field(default=True, metadata=_reads(_bool))
+    on_error: str = field(default="stop", metadata=_reads(_choice, choices=ON_ERROR))
+    config: tuple[tuple[str, Any], ...] = field(default=(), metadata=_reads(_filter_config))
+    # False for a filter named only with --filter: no section, so its id is not checked.
+    from_section: bool = True
+
+    def config_dict(self) -> dict[str, Any]:
+        # A deep copy: a filter that changes its config must not change ours.
+        return copy.deepcopy(dict(self.config))
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    app: AppConfig
+    spark: SparkConfig
+    topics: tuple[TopicRoute, ...]
+    sources: tuple[ClusterConfig, ...]
+    source_pool: SourcePoolConfig
+    target: TargetConfig
+    filters: tuple[FilterConfig, ...]
+
+    def redacted(self) -> dict[str, Any]:
+        """Everything as plain dicts and lists, for `--debug`, with every secret shown as "***"."""
+        dumped: dict[str, Any] = _dump(self)
+        return dumped
+
+
+def _dump(value: Any, name: str = "") -> Any:
+    if isinstance(value, Secret) or (name and any(w in name.lower() for w in _SECRET_WORDS)):
+        return None if value is None else "***"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        dumped = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            # conf/config hold (key, value) pairs: shown as tables so that their keys get redacted.
+            dumped[f.name] = _dump(dict(item) if f.name in ("conf", "config") else item, f.name)
+        return dumped
+    if isinstance(value, Mapping):
+        return {key: _dump(item, str(key)) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_dump(item) for item in value]
+    return value
+
+
