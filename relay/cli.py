@@ -258,7 +258,7 @@ def _members_line(cfg: Config, kind: str) -> str:
 
     group = f"{cfg.app.group_id}.{kind}"
     try:
-        members = group_members(cfg.target.cluster, group, cfg.target.request_timeout)
+        members = group_members(cfg.need_target().cluster, group, cfg.need_target().request_timeout)
     except Exception as exc:  # noqa: BLE001 - informative only
         return f"group {group}: members unknown ({type(exc).__name__}: {exc})"
     running = "no ktm process runs" if not members else f"{members} ktm process(es) run"

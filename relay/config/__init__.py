@@ -16,6 +16,7 @@ from relay.config.model import (
     FilterConfig,
     SourcePoolConfig,
     SparkConfig,
+    StoreConfig,
     TargetConfig,
     TopicRoute,
 )
@@ -27,6 +28,7 @@ from relay.config.readers import (
     SASL_MECHANISMS,
     Secret,
     parse_duration,
+    parse_size,
 )
 
 __all__ = [
@@ -42,8 +44,10 @@ __all__ = [
     "Secret",
     "SourcePoolConfig",
     "SparkConfig",
+    "StoreConfig",
     "TargetConfig",
     "TopicRoute",
     "load_config",
     "parse_duration",
+    "parse_size",
 ]

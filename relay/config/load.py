@@ -18,6 +18,7 @@ from relay.config.model import (
     FilterConfig,
     SourcePoolConfig,
     SparkConfig,
+    StoreConfig,
     TargetConfig,
     TopicRoute,
 )
@@ -31,23 +32,85 @@ from relay.config.readers import (
 )
 from relay.errors import ConfigError
 
+# What each command needs besides [topics] (the rest, when present, is checked all the same).
+RELAY_NEEDS = frozenset({"sources", "target"})
+WHY = {
+    "sources": "the clusters to read",
+    "target": "the cluster to write to",
+    "store": 'where segments live: url = "./backup" or "s3://bucket/prefix"',
+}
 
-def load_config(path: str | os.PathLike[str], *, cli_filters: Sequence[str] = ()) -> Config:
-    """Reads and checks the whole file; `cli_filters` are the `--filter PATH` arguments."""
+
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    cli_filters: Sequence[str] = (),
+    needs: frozenset[str] = RELAY_NEEDS,
+) -> Config:
+    """Reads and checks the whole file; `cli_filters` are the `--filter PATH` arguments, `needs`
+    the sections the command cannot do without ("sources", "target", "store")."""
     doc = _Table(_read_toml(path), "", os.path.dirname(os.path.abspath(path)))
     # Unknown sections first: "[taget]" should say so, not that [target] is missing.
     doc.known.update(TOP_LEVEL_KEYS)
     doc.finish()
+    for section in sorted(needs):
+        if section not in doc.mapping:
+            name = "[[sources]]" if section == "sources" else f"[{section}]"
+            raise ConfigError(f"{name}: missing section ({WHY[section]})")
+    sources = _sources(doc) if "sources" in doc.mapping else ()
     return Config(
         path=os.fspath(path),
         app=_build(AppConfig, doc.sub("app")),
         spark=_spark(doc.sub("spark")),
         topics=_topics(doc.sub("topics", required=True, quote=True)),
-        sources=_sources(doc),
+        sources=sources,
         source_pool=_source_pool(doc.sub("source_pool")),
-        target=_target(doc.sub("target", required=True)),
+        target=_target(doc.sub("target")) if "target" in doc.mapping else None,
         filters=_filters(doc, cli_filters),
+        store=_store(doc.sub("store"), sources) if "store" in doc.mapping else None,
     )
+
+
+def _store(t: _Table, sources: tuple[ClusterConfig, ...]) -> StoreConfig:
+    given: dict[str, Any] = {}
+    if "cluster" not in t.mapping:
+        if not sources:
+            raise t.error("cluster", "required when the config has no [[sources]]")
+        given["cluster"] = sources[0].name
+    store = _build(StoreConfig, t, **given)
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", store.cluster):
+        raise t.error("cluster", f"expected a name of letters, digits, '.', '_', '-', got "
+                      f"{_show(store.cluster)}")  # fmt: skip
+    if store.url.startswith("s3://"):
+        if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?", store.url):
+            raise t.error("url", f'expected "s3://bucket" or "s3://bucket/prefix", got '
+                          f"{_show(store.url)}")  # fmt: skip
+    else:
+        for key in ("s3_endpoint", "s3_access_key", "s3_secret_key"):
+            if key in t.mapping:
+                raise t.error(key, f"only for s3:// URLs; url is {_show(store.url)}")
+        # A relative directory is relative to the config file, like every path in it.
+        url = store.url.removeprefix("file://")
+        path = os.path.normpath(os.path.join(t.base_dir, os.path.expanduser(url)))
+        store = dataclasses.replace(store, url=path)
+    if (store.s3_access_key is None) != (store.s3_secret_key is None):
+        key = "s3_secret_key" if store.s3_access_key else "s3_access_key"
+        raise t.error(key, "set s3_access_key and s3_secret_key together, or neither")
+    return _store_compression(t, store)
+
+
+def _store_compression(t: _Table, store: StoreConfig) -> StoreConfig:
+    """JSON lines segments are plain text: no compression, so "none" is their default."""
+    if store.format != "jsonl":
+        return store
+    if "compression" not in t.mapping:
+        return dataclasses.replace(store, compression="none")
+    if store.compression != "none":
+        raise t.error(
+            "compression", f'the jsonl format is not compressed; use "none", got '
+            f"{_show(store.compression)}"
+        )  # fmt: skip
+    return store
 
 
 def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -145,6 +208,7 @@ def _route(t: _Table, source: str) -> TopicRoute:
 
 def _sources(doc: _Table) -> tuple[ClusterConfig, ...]:
     value = doc.mapping.get("sources")
+    doc.known.add("sources")
     if isinstance(value, dict):
         raise ConfigError("[sources]: write [[sources]] (an array of tables), not [sources]")
     if not value:

@@ -15,6 +15,8 @@ from relay.config.readers import (
     LOG_LEVELS,
     ON_ERROR,
     ON_MISMATCH,
+    SEGMENT_COMPRESSIONS,
+    SEGMENT_FORMATS,
     Secret,
     _acks,
     _bool,
@@ -26,13 +28,17 @@ from relay.config.readers import (
     _int,
     _mechanism,
     _metrics_addr,
+    _names,
     _optional_text,
     _password,
     _reads,
     _servers,
+    _size,
     _spark_conf,
     _text,
+    _url,
 )
+from relay.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -132,15 +138,51 @@ class FilterConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """`[store]`: where ktm backup writes segments and ktm restore and compact read them."""
+
+    url: str = field(metadata=_reads(_text))  # a directory or "s3://bucket/prefix"
+    cluster: str = field(metadata=_reads(_text))  # path component; default: [[sources]][1].name
+    s3_endpoint: str | None = field(default=None, metadata=_reads(_url))
+    s3_region: str = field(default="us-east-1", metadata=_reads(_text))
+    s3_access_key: Secret | None = field(default=None, metadata=_reads(_password))
+    s3_secret_key: Secret | None = field(default=None, metadata=_reads(_password))
+    max_segment_records: int = field(default=1_000_000, metadata=_reads(_int, minimum=1))
+    max_segment_bytes: int = field(default=64 * 1024 * 1024, metadata=_reads(_size, minimum=1024))
+    max_segment_age: float = field(default=300.0, metadata=_reads(_duration, positive=True))
+    compression: str = field(default="zstd", metadata=_reads(_choice, choices=SEGMENT_COMPRESSIONS))
+    format: str = field(default="parquet", metadata=_reads(_choice, choices=SEGMENT_FORMATS))
+    groups: tuple[str, ...] = field(default=(), metadata=_reads(_names))
+    # ktm compact merges level-N segments into level-N+1 ones of about this many times
+    # max_segment_bytes.
+    compact_factor: int = field(default=16, metadata=_reads(_int, minimum=2))
+    # ktm restore --follow: how often to look for new segments, and how long to wait for a
+    # missing one (a later one exists) before calling it lost.
+    follow_interval: float = field(default=5.0, metadata=_reads(_duration, positive=True))
+    late_segment_timeout: float = field(default=600.0, metadata=_reads(_duration, positive=True))
+
+
+@dataclass(frozen=True)
 class Config:
     path: str
     app: AppConfig
     spark: SparkConfig
     topics: tuple[TopicRoute, ...]
-    sources: tuple[ClusterConfig, ...]
+    sources: tuple[ClusterConfig, ...]  # () when the command reads no cluster (restore)
     source_pool: SourcePoolConfig
-    target: TargetConfig
+    target: TargetConfig | None  # None when the command writes to no cluster (backup)
     filters: tuple[FilterConfig, ...]
+    store: StoreConfig | None = None
+
+    def need_target(self) -> TargetConfig:
+        if self.target is None:
+            raise ConfigError("[target]: missing section (the cluster to write to)")
+        return self.target
+
+    def need_store(self) -> StoreConfig:
+        if self.store is None:
+            raise ConfigError("[store]: missing section (where segments live)")
+        return self.store
 
     def redacted(self) -> dict[str, Any]:
         """Everything as plain dicts and lists, for `--debug`, with every secret shown as "***"."""
@@ -163,5 +205,3 @@ def _dump(value: Any, name: str = "") -> Any:
     if isinstance(value, list | tuple):
         return [_dump(item) for item in value]
     return value
-
-

@@ -22,7 +22,11 @@ COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ON_ERROR = ("stop", "skip")
 ON_MISMATCH = ("stop", "continue")
-TOP_LEVEL_KEYS = ("app", "spark", "topics", "sources", "source_pool", "target", "filters")
+TOP_LEVEL_KEYS = (
+    "app", "spark", "topics", "sources", "source_pool", "target", "filters", "store",
+)  # fmt: skip
+SEGMENT_FORMATS = ("parquet", "jsonl")
+SEGMENT_COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "none")
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(us|ms|s|m|h)")
 # Multiplier and divisor rather than 1e-3: 20 / 1000 is exactly the float 0.02, 20 * 1e-3 is not.
@@ -61,6 +65,21 @@ def parse_duration(text: str | float) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f'expected a duration >= 0 such as "3s" or "100ms", got {_show(text)}')
     return seconds
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?")
+_SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+_SIZE_UNITS.update({"KiB": 2**10, "MiB": 2**20, "GiB": 2**30})
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in "64MiB", "500KB", "1GiB" or a bare integer; ValueError for anything else."""
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f'expected a size such as "64MiB" or "500KB", got {_show(text)}')
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 
 class _Table:
@@ -211,6 +230,31 @@ def _duration(
     return seconds
 
 
+def _size(t: _Table, key: str, *, minimum: int = 0) -> int:
+    value = t.get(key)
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise t.error(key, str(exc)) from None
+    if size < minimum:
+        raise t.error(key, f"expected at least {minimum} bytes, got {_show(value)}")
+    return size
+
+
+def _names(t: _Table, key: str) -> tuple[str, ...]:
+    value = t.get(key)
+    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+        return tuple(value)
+    raise t.error(key, f"expected a list of non-empty strings, got {_show(value)}")
+
+
+def _url(t: _Table, key: str) -> str | None:
+    text = _optional_text(t, key)
+    if text is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
+        raise t.error(key, f'expected "http://host:port" or "https://host", got {_show(text)}')
+    return text
+
+
 def _host_port(text: str) -> tuple[str, int] | None:
     """("host", port) from "host:port" (the host may be empty), or None when malformed."""
     host, sep, port = text.rpartition(":")
@@ -313,5 +357,3 @@ def _build(cls: type[_T], t: _Table, *, finish: bool = True, **given: Any) -> _T
     if finish:
         t.finish()
     return cls(**values)
-
-

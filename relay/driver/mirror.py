@@ -40,7 +40,7 @@ class RelayPipeline:
         self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
         self.startup = Startup(cfg, self.pool, stop_event, metrics)
         self.timeout = self.startup.timeout
-        self.coordinator = cfg.target.cluster
+        self.coordinator = cfg.need_target().cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
 
@@ -60,7 +60,7 @@ class RelayPipeline:
 
         The committed offset only saves reading filtered records again (they would be dropped
         again), so a source that does not answer just goes without it."""
-        found = destination_next_offsets(self.cfg.target.cluster, routes, self.timeout)
+        found = destination_next_offsets(self.cfg.need_target().cluster, routes, self.timeout)
         keys = [r.key for r in routes]
         try:
             committed = admin.committed_offsets(
@@ -85,7 +85,7 @@ class RelayPipeline:
             round_id=round_id,
             task_id=task_id,
             source=self.pool.active,
-            target=self.cfg.target,
+            target=self.cfg.need_target(),
             partitions=works,
             group_id=self.cfg.app.group_id,
             channel=channel,
@@ -109,7 +109,7 @@ class RelayPipeline:
         """Move to another node after checking that its record at the last relayed offset is
         the one relayed (the caller then resumes from the destination's provenance)."""
         new = self.pool.node(decision.node)
-        at_destination = delivered(self.cfg.target.cluster, self.routes, self.timeout)
+        at_destination = delivered(self.cfg.need_target().cluster, self.routes, self.timeout)
         check_continuity(new, at_destination, self.cfg.source_pool.on_mismatch, self.timeout)
         log.warning(
             "failover from=%s to=%s reason=%s", self.pool.active.name, new.name, decision.reason

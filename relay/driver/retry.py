@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
-from relay.config import Config
+from relay.config import ClusterConfig, Config, TargetConfig
 from relay.driver.metrics import Metrics
 from relay.errors import RelayError
 
@@ -50,7 +50,9 @@ def policy_for(cfg: Config, side: str) -> RetryPolicy:
     if side == "source":
         pool = cfg.source_pool
         return RetryPolicy(pool.max_retries, pool.backoff_min, pool.backoff_max)
-    target = cfg.target
+    # The writing side: the target cluster, or for a backup (no [target]) the store, which
+    # gets the target's default policy.
+    target = cfg.target or TargetConfig(ClusterConfig("store", ("-:1",)))
     return RetryPolicy(target.max_retries, target.backoff_min, target.backoff_max)
 
 

@@ -37,7 +37,7 @@ class Startup:
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None = None
     ) -> Plan:
-        cfg, target = self.cfg, self.cfg.target.cluster
+        cfg, target = self.cfg, self.cfg.need_target().cluster
         names = [r.source for r in cfg.topics]
         src_counts = self.call("source", lambda: self.pool.partition_counts(names, self.timeout))
         dst_counts = self.call(
@@ -71,7 +71,7 @@ class Startup:
         if side == "source":
             where = "source " + self.pool.describe_all()
         else:
-            where = describe(self.cfg.target.cluster)
+            where = describe(self.cfg.need_target().cluster)
         try:
             for attempt in retrying(lambda _: policy, is_retriable, self.stop, self.metrics):
                 with attempt:

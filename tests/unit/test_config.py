@@ -21,6 +21,7 @@ from relay.config import (
     Secret,
     SourcePoolConfig,
     SparkConfig,
+    StoreConfig,
     TargetConfig,
     TopicRoute,
     load_config,
@@ -305,6 +306,8 @@ def uncommented_sample(directory: Path) -> Path:
         match = setting.fullmatch(line)
         lines.append(match.group(1) if match else line)
     text = "\n".join(lines).replace("tls = false", "tls = true")
+    # The S3 keys go with an s3:// URL.
+    text = text.replace('url = "./backup"', 'url = "s3://ktm-backup/prod"')
     for name in ("certs/ca.pem", "certs/client.pem", "certs/client.key", "filters/drop_pii.py"):
         touch(directory / name)
     path = directory / "config.toml"
@@ -326,11 +329,14 @@ def test_sample_loads_with_its_defaults(tmp_path: Path) -> None:
         SourcePoolConfig(),
     )
     assert config.filters == ()
+    assert config.store == StoreConfig(url=str(tmp_path / "backup"), cluster="local")
 
 
 def test_sample_commented_keys_are_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KTM_SOURCE_PASSWORD", "s")
     monkeypatch.setenv("KTM_TARGET_PASSWORD", "t")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
 
     config = load_config(uncommented_sample(tmp_path))
 
@@ -338,6 +344,8 @@ def test_sample_commented_keys_are_valid(tmp_path: Path, monkeypatch: pytest.Mon
     assert config.target.cluster.client_key_path == str(tmp_path / "certs" / "client.key")
     assert config.spark.conf == (("spark.executor.memory", "1g"),)
     assert config.filters[0].config_dict() == {"fields": ["email", "phone"]}
+    assert config.store is not None and config.store.cluster == "prod-eu"
+    assert config.store.s3_secret_key == Secret("secret")
 
 
 def test_sample_documents_every_key(tmp_path: Path) -> None:
@@ -353,6 +361,7 @@ def test_sample_documents_every_key(tmp_path: Path) -> None:
     assert set(doc["sources"][0]) == names(ClusterConfig)
     assert set(doc["target"]) == names(ClusterConfig, "name") | names(TargetConfig, "cluster")
     assert set(doc["filters"]["drop_pii"]) == names(FilterConfig, "id", "from_section")
+    assert set(doc["store"]) == names(StoreConfig)
 
 
 # Durations, topics, small parsers
