@@ -54,6 +54,7 @@ def encode_progress(parts: Iterable[PartitionProgress]) -> list[list[Any]]:
             p.reached_stop,
             [list(item) for item in p.filtered],
             [list(item) for item in p.filter_errors],
+            p.segments,
         ]
         for p in parts
     ]
@@ -71,6 +72,7 @@ def decode_progress(rows: list[list[Any]]) -> tuple[PartitionProgress, ...]:
             reached_stop=bool(r[7]),
             filtered=tuple((str(f), int(n)) for f, n in r[8]),
             filter_errors=tuple((str(f), int(n)) for f, n in r[9]),
+            segments=int(r[10]),
         )
         for r in rows
     )

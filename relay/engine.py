@@ -29,7 +29,7 @@ from typing import Any
 
 from relay.config import SparkConfig
 from relay.errors import RelayError
-from relay.spec import GroupResult, GroupTask
+from relay.spec import GroupResult, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class Engine:
         self.slots = self._count_slots()
         log.debug("spark workers ready: %d processes, %d slots", len(pids), self.slots)
 
-    def submit(self, round_id: int, tasks: Sequence[GroupTask]) -> RoundJob:
+    def submit(self, round_id: int, tasks: Sequence[TaskSpec]) -> RoundJob:
         return RoundJob(self._context, round_id, list(tasks))
 
     def close_workers(self) -> None:
@@ -151,7 +151,7 @@ class Engine:
 class RoundJob:
     """One round running as a Spark job on its own thread."""
 
-    def __init__(self, context: Any, round_id: int, tasks: list[GroupTask]):
+    def __init__(self, context: Any, round_id: int, tasks: list[TaskSpec]):
         self._context = context
         self.group = f"ktm-round-{round_id}"
         self._tasks = tasks
@@ -184,14 +184,14 @@ class RoundJob:
         return self._results
 
 
-def _run_attempt(task: GroupTask) -> GroupResult:
+def _run_attempt(task: TaskSpec) -> GroupResult:
     """Executor entry point: tells the task whether Spark is retrying it (a lost executor)."""
     from pyspark import TaskContext
 
-    from relay.executor.task import run_group
+    from relay.executor.task import run_task
 
     context = TaskContext.get()
-    return run_group(task, attempt=context.attemptNumber() if context else 0)
+    return run_task(task, attempt=context.attemptNumber() if context else 0)
 
 
 def _warm(_: int) -> int:
@@ -201,7 +201,7 @@ def _warm(_: int) -> int:
 
 
 def _close_clients(_: int) -> int:
-    from relay.executor.task import close_clients
+    from relay.executor.sides import close_clients
 
     return close_clients()
 

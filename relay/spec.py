@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from relay.config import ClusterConfig, TargetConfig
+from relay.config import ClusterConfig, StoreConfig, TargetConfig
 from relay.filters import FilterSpec
 
 PROVENANCE_HEADER = "ktm.src"
@@ -77,6 +77,40 @@ class GroupTask:
 
 
 @dataclass(frozen=True)
+class BackupTask:
+    """A group of source partitions to back up into the store (same reading side as relay)."""
+
+    round_id: int
+    task_id: int
+    source: ClusterConfig
+    store: StoreConfig
+    partitions: tuple[PartitionWork, ...]
+    group_id: str
+    channel: ChannelAddress
+    report_interval: float = 0.5
+    filters: tuple[FilterSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class RestoreTask:
+    """A group of stored partitions to write into the target, in offset order."""
+
+    round_id: int
+    task_id: int
+    store: StoreConfig
+    target: TargetConfig
+    partitions: tuple[PartitionWork, ...]
+    channel: ChannelAddress
+    report_interval: float = 0.5
+    follow: bool = False  # keep restoring segments as they land
+    from_time: int | None = None  # milliseconds since the epoch, inclusive
+    until_time: int | None = None  # exclusive
+
+
+TaskSpec = GroupTask | BackupTask | RestoreTask
+
+
+@dataclass(frozen=True)
 class PartitionProgress:
     """One partition's totals since the task attempt started (cumulative, so a lost report
     costs nothing: the next one carries everything)."""
@@ -90,6 +124,7 @@ class PartitionProgress:
     reached_stop: bool = False
     filtered: tuple[tuple[str, int], ...] = ()  # (filter id, records it dropped)
     filter_errors: tuple[tuple[str, int], ...] = ()  # (filter id, records it raised on, skipped)
+    segments: int = 0  # segments written to the store (backup)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka.errors import KafkaError
-
 from relay.config import ClusterConfig
 
 # kafka-python's names for the SASL mechanisms ktm accepts (the same strings Kafka uses).
@@ -41,7 +39,8 @@ def describe(cluster: ClusterConfig) -> str:
 
 
 def is_retriable(exc: BaseException) -> bool:
-    """Retry connection trouble and Kafka errors that say they are retriable; nothing else."""
+    """Retry connection trouble, and errors that say they are retriable (Kafka's, the
+    store's); nothing else."""
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return True
-    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
+    return getattr(exc, "retriable", False) is True

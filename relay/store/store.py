@@ -177,6 +177,15 @@ class SegmentStore:
         finally:
             source.close()
 
+    def next_offset(self, cluster: str, topic: str, partition: int) -> int | None:
+        """The partition's next offset in the store: after its last segment (None: none yet).
+        One listing and one footer read."""
+        refs = self.list_segments(cluster, topic, partition)
+        if not refs:
+            return None
+        last = max(refs, key=lambda ref: (ref.last, ref.level))
+        return self.read_meta(last).next_offset
+
     def delete(self, ref: SegmentRef) -> None:
         """Delete a segment; a segment already gone is fine (a retried compaction)."""
         with self._errors("delete", ref.path):

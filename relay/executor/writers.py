@@ -1,0 +1,173 @@
+"""Where a partition's records go: a Kafka partition (relay, restore) or store segments (backup).
+
+A writer answers one question for the loop: up to which source offset is everything durable
+(`done_up_to`, a next offset). For Kafka that is the destination's acks; for the store, the
+last segment written, atomically, under its final name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from relay.clients.producer import Producer
+from relay.config import StoreConfig
+from relay.spec import PROVENANCE_HEADER, PartitionRoute
+from relay.store import SegmentBuffer, SegmentStore
+
+MAX_LATENCY_SAMPLES = 200  # per report: enough for a histogram, small to send
+
+
+class SourceFailure(Exception):
+    """Reading the source (a cluster or the store) failed; wraps the error."""
+
+    key: Any = None
+
+
+class TargetFailure(Exception):
+    """Writing failed; wraps the error."""
+
+    def __init__(self, message: str, key: Any = None):
+        super().__init__(message)
+        self.key = key
+
+
+class KafkaWriter:
+    """Records to one destination partition, each stamped with its provenance; done once acked."""
+
+    def __init__(
+        self, producer: Producer, route: PartitionRoute, prefix: bytes, latencies: list[float]
+    ):
+        self.producer, self.route, self.prefix = producer, route, prefix
+        # (first source offset, record count, future of the producer batch holding them)
+        self.pending: deque[tuple[int, int, Any]] = deque()
+        self.acked = 0  # records acknowledged
+        self.written_bytes = 0
+        self.segments = 0
+        self._latencies = latencies  # shared by the task's partitions, emptied at each report
+
+    def write(self, records: list[Any]) -> None:
+        if not records:
+            return
+        items = []
+        size = 0
+        for r in records:
+            headers = list(r.headers) if r.headers else []
+            headers.append((PROVENANCE_HEADER, self.prefix + str(r.offset).encode()))
+            items.append((r.timestamp, r.key, r.value, headers))
+            size += len(r.value or b"") + len(r.key or b"")
+        route = self.route
+        try:
+            segments = self.producer.send_batch(route.target_topic, route.target_partition, items)
+        except Exception as exc:
+            raise TargetFailure(str(exc), route.key) from exc
+        self.written_bytes += size
+        index = 0
+        for count, future in segments:
+            self.pending.append((records[index].offset, count, future))
+            index += count
+        self._sample_latency(segments[-1][1], records[-1].timestamp)
+
+    def _sample_latency(self, future: Any, timestamp_ms: int) -> None:
+        samples = self._latencies
+        if len(samples) < MAX_LATENCY_SAMPLES:
+            # Appended from the producer's I/O thread; list.append is atomic.
+            future.add_callback(lambda _: samples.append(time.time() - timestamp_ms / 1000))
+
+    def done_up_to(self, processed_to: int) -> int:
+        """Acks come in order: the first batch not acknowledged bounds what is done."""
+        while self.pending and self.pending[0][2].is_done and not self.pending[0][2].failed():
+            self.acked += self.pending.popleft()[1]
+        return self.pending[0][0] if self.pending else processed_to
+
+    def tick(self, processed_to: int, now: float) -> None:
+        """Nothing to do: the producer sends on its own."""
+
+    def flush_needed(self) -> bool:
+        return bool(self.pending)
+
+    def settle(self, processed_to: int) -> BaseException | None:
+        """After the producer's final flush: what is still not acknowledged is an error."""
+        self.done_up_to(processed_to)
+        if not self.pending:
+            return None
+        offset, _, future = self.pending[0]
+        if future.is_done:
+            return future.exception
+        return TimeoutError(f"no acknowledgement for source offset {offset}")
+
+
+class SegmentWriter:
+    """Records of one source partition into segments. A segment closes at whichever limit of
+    `[store]` comes first; its age is checked on every loop turn, so an idle partition's open
+    segment closes on time without waiting for another record. Closing writes it atomically,
+    and only then do its offsets count as done."""
+
+    def __init__(
+        self, store: SegmentStore, cfg: StoreConfig, route: PartitionRoute, chain_start: int
+    ):
+        self.store, self.cfg, self.route = store, cfg, route
+        self.buffer = SegmentBuffer()
+        # The first offset the open segment accounts for: the store's next offset for this
+        # partition. Reading may begin later (offsets a filter dropped before, and the group's
+        # offset already passed): those offsets belong to this segment too, so the chain of
+        # segments has no hole.
+        self.start = chain_start
+        self.acked = 0  # records in written segments
+        self.written_bytes = 0
+        self.segments = 0
+        self.pending = ()  # nothing in flight: a segment is written synchronously
+
+    def write(self, records: list[Any]) -> None:
+        append = self.buffer.append
+        for r in records:
+            append(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers or ())
+
+    def tick(self, processed_to: int, now: float) -> None:
+        buffer, cfg = self.buffer, self.cfg
+        if not buffer.count:
+            return
+        full = buffer.count >= cfg.max_segment_records or buffer.size_bytes >= cfg.max_segment_bytes
+        aged = buffer.opened_at is not None and now - buffer.opened_at >= cfg.max_segment_age
+        if full or aged:
+            self.close(processed_to)
+
+    def close(self, processed_to: int) -> None:
+        """Write the open segment, covering offsets up to `processed_to` (the consumer's
+        position: past any gap after the last record)."""
+        if not self.buffer.count:
+            return
+        route = self.route
+        meta = self.buffer.meta(
+            self.cfg.cluster,
+            route.topic,
+            route.partition,
+            next_offset=processed_to,
+            start=self.start,
+        )
+        try:
+            ref = self.store.write_segment(self.cfg.format, self.buffer, meta, self.cfg.compression)
+        except Exception as exc:
+            raise TargetFailure(str(exc), route.key) from exc
+        self.acked += meta.count
+        self.written_bytes += ref.size or 0
+        self.segments += 1
+        self.start = processed_to
+        self.buffer = SegmentBuffer()
+
+    def done_up_to(self, processed_to: int) -> int:
+        """Everything read when no record waits in the open segment (what was not written was
+        dropped by a filter); else up to the open segment's start."""
+        return self.start if self.buffer.count else processed_to
+
+    def flush_needed(self) -> bool:
+        return False
+
+    def settle(self, processed_to: int) -> BaseException | None:
+        """A normal stop writes the open segment (so nothing read is read again)."""
+        try:
+            self.close(processed_to)
+        except TargetFailure as exc:
+            return exc.__cause__ or exc
+        return None
