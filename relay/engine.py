@@ -29,7 +29,7 @@ from typing import Any
 
 from relay.config import SparkConfig
 from relay.errors import RelayError
-from relay.spec import GroupResult, TaskSpec
+from relay.spec import CompactResult, CompactTask, GroupResult, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,17 @@ class Engine:
     def submit(self, round_id: int, tasks: Sequence[TaskSpec]) -> RoundJob:
         return RoundJob(self._context, round_id, list(tasks))
 
+    def run_batch(self, tasks: Sequence[CompactTask]) -> list[CompactResult]:
+        """A batch job (ktm compact): one task per spec, results collected at the end."""
+        if not tasks:
+            return []
+        self._context.setJobGroup("ktm-batch", f"ktm: {len(tasks)} tasks", True)
+        try:
+            rdd = self._context.parallelize(list(tasks), len(tasks))
+            return list(rdd.map(_run_compact).collect())
+        except Exception as exc:
+            raise RelayError(f"Spark job failed: {_first_line(exc)}") from exc
+
     def close_workers(self) -> None:
         """Close the Kafka clients cached in every worker (one task per slot, at once)."""
         try:
@@ -192,6 +203,12 @@ def _run_attempt(task: TaskSpec) -> GroupResult:
 
     context = TaskContext.get()
     return run_task(task, attempt=context.attemptNumber() if context else 0)
+
+
+def _run_compact(task: CompactTask) -> CompactResult:
+    from relay.executor.compact import compact_partitions
+
+    return compact_partitions(task)
 
 
 def _warm(_: int) -> int:

@@ -142,6 +142,15 @@ def specs_from_config(filters: Iterable[Any]) -> tuple[FilterSpec, ...]:
     )
 
 
+def load_filters(cfg: Any) -> tuple[FilterSpec, ...]:
+    """The one path from a config (its `[filters.<id>]` sections and `--filter` files) to the
+    specs every record-moving command ships to its tasks; each is loaded once here, on the
+    driver, so a bad filter fails before any Spark work."""
+    specs = specs_from_config(cfg.filters)
+    validate_filters(specs)
+    return specs
+
+
 def load_filter(spec: FilterSpec) -> Filter:
     """Compile spec.source into a fresh module, call new(config), check the result."""
     global _load_count

@@ -42,20 +42,33 @@ class Delivered:
         return self.next_offset - 1
 
 
+def source_of(record: Any) -> tuple[SourcePartition, int] | None:
+    """The source partition and offset a destination record came from: its *last* provenance
+    header (a record relayed twice, A to B to C, carries both hops' headers; the last is this
+    one's)."""
+    last = None
+    for name, value in getattr(record, "headers", None) or ():
+        if name == PROVENANCE_HEADER:
+            last = value
+    parsed = parse_provenance(last) if last is not None else None
+    if parsed is None:
+        return None
+    _, topic, partition, offset = parsed
+    return (topic, partition), offset
+
+
 def delivered_in(
     records: Iterable[Any], wanted: set[SourcePartition]
 ) -> dict[SourcePartition, Delivered]:
     """Per wanted source partition, the record with the highest source offset in `records`."""
     found: dict[SourcePartition, Delivered] = {}
     for record in records:
-        for name, value in getattr(record, "headers", None) or ():
-            parsed = parse_provenance(value) if name == PROVENANCE_HEADER else None
-            if parsed is None:
-                continue
-            _, topic, partition, offset = parsed
-            key = (topic, partition)
-            if key in wanted and (key not in found or offset + 1 >= found[key].next_offset):
-                found[key] = Delivered(offset + 1, record)
+        origin = source_of(record)
+        if origin is None:
+            continue
+        key, offset = origin
+        if key in wanted and (key not in found or offset + 1 >= found[key].next_offset):
+            found[key] = Delivered(offset + 1, record)
     return found
 
 

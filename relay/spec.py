@@ -111,6 +111,27 @@ TaskSpec = GroupTask | BackupTask | RestoreTask
 
 
 @dataclass(frozen=True)
+class CompactTask:
+    """ktm compact: merge the level-`level` segments of these partitions (a batch job)."""
+
+    store: StoreConfig
+    partitions: tuple[SourcePartition, ...]
+    level: int
+    min_age: float  # seconds: younger segments are left alone (backup may still add next to them)
+    target_bytes: int  # a merged segment holds about this much
+    delete: bool  # delete the inputs once the merged segment is verified
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    merged: int = 0  # segments written (level + 1)
+    inputs: int = 0  # segments they replace
+    deleted: int = 0  # segments deleted (inputs, and leftovers of a crashed compaction)
+    records: int = 0
+    errors: tuple[str, ...] = ()  # one line per partition that failed
+
+
+@dataclass(frozen=True)
 class PartitionProgress:
     """One partition's totals since the task attempt started (cumulative, so a lost report
     costs nothing: the next one carries everything)."""

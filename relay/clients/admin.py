@@ -19,6 +19,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
+from kafka.structs import OffsetAndMetadata
 
 from relay.clients.settings import client_settings, describe, is_retriable  # noqa: F401
 from relay.config import ClusterConfig
@@ -273,3 +274,82 @@ def group_members(cluster: ClusterConfig, group: str, timeout: float) -> int:
 
     with admin_client(cluster, timeout) as admin:
         return int(admin._manager.run(describe, admin))
+
+
+def create_topics(cluster: ClusterConfig, topics: dict[str, int], timeout: float) -> None:
+    """Create topics with the given partition counts and the broker's default replication."""
+    spec = {
+        name: {"num_partitions": count, "replication_factor": -1} for name, count in topics.items()
+    }
+    with admin_client(cluster, timeout) as admin:
+        admin.create_topics(spec)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # metadata shows new topics a moment later
+        if set(topics) <= set(partition_counts(cluster, topics, timeout)):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topics {', '.join(sorted(topics))} did not appear within {timeout:g}s")
+
+
+def first_record_at_or_after(
+    cluster: ClusterConfig,
+    dest: TP,
+    origin: Callable[[Any], tuple[TP, int] | None],
+    source: TP,
+    source_offset: int,
+    timeout: float,
+) -> int:
+    """The destination offset of the first record from `source` (per `origin`, the provenance
+    reader) whose source offset is >= `source_offset`; the partition's end if there is none.
+
+    Records of one source partition sit in the destination in source-offset order, so this is
+    a binary search: a few reads of single records, not a scan of the partition.
+    """
+    tp = TopicPartition(*dest)
+    with probe_consumer(cluster, timeout) as consumer:
+        begin = consumer.beginning_offsets([tp], timeout_ms=int(timeout * 1000))
+        low, high = begin[tp], real_end_offsets(consumer, [tp], begin, timeout)[tp]
+        while low < high:
+            middle = (low + high) // 2
+            found = _first_from(consumer, tp, middle, high, origin, source, timeout)
+            if found is None:
+                high = middle  # no record of `source` in [middle, high)
+            elif found[1] >= source_offset:
+                high = found[0]
+            else:
+                low = found[0] + 1
+        return low
+
+
+def _first_from(
+    consumer: KafkaConsumer,
+    tp: TopicPartition,
+    lower: int,
+    upper: int,
+    origin: Callable[[Any], tuple[TP, int] | None],
+    source: TP,
+    timeout: float,
+) -> tuple[int, int] | None:
+    """(destination offset, source offset) of the first record from `source` in [lower, upper)."""
+    consumer.assign([tp])
+    consumer.seek(tp, lower)
+    deadline = time.monotonic() + timeout
+    while consumer.position(tp) < upper:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {tp.topic}[{tp.partition}] from {lower} timed out")
+        for record in consumer.poll(timeout_ms=200, max_records=500).get(tp, []):
+            if record.offset >= upper:
+                return None
+            found = origin(record)
+            if found is not None and found[0] == source:
+                return record.offset, found[1]
+    return None
+
+
+def commit_group(
+    cluster: ClusterConfig, group: str, offsets: dict[TP, int], timeout: float
+) -> None:
+    """Commit offsets for a consumer group (that has no active member) on a cluster."""
+    commits = {TopicPartition(*tp): OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()}
+    with probe_consumer(cluster, timeout, group_id=group) as consumer:
+        consumer.commit(commits, timeout_ms=int(timeout * 1000))

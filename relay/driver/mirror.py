@@ -119,5 +119,8 @@ class RelayPipeline:
     def views(self) -> list[Any]:
         return self.pool.views()
 
+    def tick(self) -> None:
+        pass
+
     def close(self) -> None:
         self.pool.close()

@@ -39,10 +39,10 @@ def _fmt_eta(seconds: float | None) -> str:
 MAX_ROWS = 24  # more partitions than this are shown per topic
 
 
-def render(snap: Snapshot) -> Group:
+def render(snap: Snapshot, title: str = "relay") -> Group:
     """The terminal view: a row per source partition (per topic when there are many), totals,
     and a bar for --stop-at-end. Rows of partitions other group members relay show "-"."""
-    title = f"ktm - active node: {snap.active_node or '?'}"
+    title = f"ktm {title} - source: {snap.active_node or '?'}"
     if snap.members > 1:
         title += f" - {len(snap.owned)} of {len(snap.rows)} partitions here, {snap.members} members"
     table = Table(title=title, expand=False)
@@ -132,8 +132,10 @@ class Progress:
         snapshot: Callable[[], Snapshot],
         console: Console | None,
         interval: float = 10.0,
+        title: str = "relay",
     ):
         self._snapshot = snapshot
+        self._title = title
         self._console = console
         self._interval = 1.0 if console is not None else interval
         self._stop = threading.Event()
@@ -167,7 +169,7 @@ class Progress:
         try:
             snap = self._snapshot()
             if self._live is not None:
-                self._live.update(render(snap), refresh=True)
+                self._live.update(render(snap, self._title), refresh=True)
             else:
                 log.info("%s", plain_line(snap))
         except Exception as exc:  # noqa: BLE001 - a drawing problem must never stop the relay

@@ -24,13 +24,11 @@ from relay.driver.backend import SparkBackend
 from relay.driver.groups import Groups, Load, group_index, plan_groups, worth_replanning
 from relay.driver.membership import Membership
 from relay.driver.metrics import Metrics
-from relay.driver.mirror import RelayPipeline
 from relay.driver.pipeline import Pipeline
 from relay.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.driver.rounds import TICK, Round
 from relay.driver.status import Status
 from relay.errors import RelayError
-from relay.filters import FilterSpec
 from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartition
 
 log = logging.getLogger(__name__)
@@ -339,6 +337,7 @@ class Runner:
             self.metrics.round_gap.inc(time.monotonic() - self._gap_from)
             self._gap_from = None
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
+        self.pipeline.tick()
         reason = self._end_reason(current)
         if reason is not None:
             current.ask_to_stop(reason, channel)
@@ -435,27 +434,3 @@ class Runner:
 
 def _is_retriable_round(exc: BaseException) -> bool:
     return isinstance(exc, RetriableRoundError) or is_retriable(exc)
-
-
-class Relay(Runner):
-    """The relay: Kafka to Kafka."""
-
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_at_end: bool,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        filters: tuple[FilterSpec, ...] = (),
-        master: str | None = None,
-        failover: bool = False,
-    ):
-        pipeline = RelayPipeline(
-            cfg, stop_event=stop_event, metrics=metrics, filters=filters, failover=failover
-        )
-        super().__init__(
-            cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event, metrics=metrics,
-            master=master,
-        )  # fmt: skip
-        self.pool = pipeline.pool

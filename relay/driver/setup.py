@@ -20,7 +20,7 @@ from relay.driver.metrics import Metrics
 from relay.driver.pipeline import Plan
 from relay.driver.plan import plan_routes
 from relay.driver.retry import policy_for, retrying
-from relay.errors import KafkaSetupError
+from relay.errors import KafkaSetupError, KtmError
 from relay.resume import destination_next_offsets, resume_points, source_offsets
 from relay.spec import PartitionRoute
 
@@ -65,12 +65,12 @@ class Startup:
         nexts = {key: point.next_offset for key, point in points.items()}
         return Plan(routes, nexts, dict(offsets.end), stops)
 
-    def call(self, side: str, fn: Callable[[], T]) -> T:
+    def call(self, side: str, fn: Callable[[], T], where: str | None = None) -> T:
         """`fn` with start-up retries on retriable errors; one clear error at the end."""
         policy = policy_for(self.cfg, side).bounded()
-        if side == "source":
+        if where is None and side == "source":
             where = "source " + self.pool.describe_all()
-        else:
+        elif where is None:
             where = describe(self.cfg.need_target().cluster)
         try:
             for attempt in retrying(lambda _: policy, is_retriable, self.stop, self.metrics):
@@ -78,7 +78,7 @@ class Startup:
                     return fn()
         except admin.TLSHandshakeError as exc:
             raise KafkaSetupError(f"{where}: {exc}") from exc
-        except KafkaSetupError:
+        except KtmError:
             raise
         except Exception as exc:
             if is_retriable(exc):

@@ -83,8 +83,9 @@ class SegmentStore:
             message = f"cannot {action}{where}: {cause.text}"
             raise StoreError(message, retriable=cause.retriable) from exc
 
-    def check(self) -> None:
-        """Fail unless the store is reachable and writable: put, read and delete a probe file.
+    def check(self, write: bool = True) -> None:
+        """Fail unless the store is reachable and (with `write`) writable: put, read and delete
+        a probe file. Without `write` (a restore may hold read-only credentials), list it.
 
         Raises StoreError("cannot use store <url>: <cause>"), e.g. a missing bucket, wrong
         credentials, an unreachable endpoint. A missing directory is created, like mkdir -p.
@@ -95,6 +96,9 @@ class SegmentStore:
             cause = self._backend.check_root()
             if cause is not None:
                 raise StoreError(f"cannot use store {self.describe()}: {cause.text}")
+            if not write:
+                self._backend.list("", recursive=False)
+                return
             self._backend.put(key, payload)
             read_back = self._backend.get(key)
             self._backend.delete(key)

@@ -29,7 +29,7 @@ import pytest
 
 from relay.config import load_config
 from relay.driver.metrics import Metrics
-from relay.driver.runner import Relay, RunSummary
+from relay.driver.jobs import Relay, RunSummary
 from relay.filters import FilterSpec, specs_from_config, validate_filters
 from tests.integration.relay_env import (
     assert_exact_copy,

@@ -28,7 +28,7 @@ from kafka.errors import KafkaError
 
 from relay.config import load_config
 from relay.driver.metrics import Metrics
-from relay.driver.runner import Relay, RunSummary
+from relay.driver.jobs import Relay, RunSummary
 from tests.integration.relay_env import FAST_RETRIES, assert_exact_copy, provenance
 from tests.kafka_env import (
     Record,

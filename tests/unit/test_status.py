@@ -168,7 +168,7 @@ def test_the_live_table_renders_every_partition_and_the_bar() -> None:
     console = Console(record=True, width=120, force_terminal=True)
     console.print(render(status.snapshot()))
     text = console.export_text()
-    assert "active node: dc1" in text
+    assert "source: dc1" in text
     assert "orders-copy[0]" in text and "orders-copy[1]" in text
     assert "50 / 100 records to the end offsets, ETA 2s" in text
 

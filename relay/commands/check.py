@@ -1,0 +1,85 @@
+"""`ktm check`: validate the config, reach every cluster and the store, print what would happen;
+move nothing and join no group."""
+
+from __future__ import annotations
+
+import threading
+
+import click
+
+from relay.commands.common import Options, load, members_line
+from relay.config import Config
+from relay.errors import ConfigError
+
+
+def check(opts: Options) -> int:
+    cfg = load(opts, frozenset())
+    if not (cfg.sources and cfg.target) and cfg.store is None:
+        raise ConfigError(
+            f"{opts.config_path}: nothing to check: give [[sources]] and [target] (relay), "
+            "[[sources]] and [store] (backup), or [target] and [store] (restore)"
+        )
+    if cfg.sources and cfg.target:
+        _relay_plan(cfg, opts)
+    if cfg.store is not None:
+        _store_report(cfg)
+    return 0
+
+
+def _relay_plan(cfg: Config, opts: Options) -> None:
+    from relay.driver.jobs import Relay
+    from relay.driver.metrics import Metrics
+
+    stop = threading.Event()
+    with Relay(cfg, stop_at_end=False, stop_event=stop, metrics=Metrics(),
+               failover=opts.mode == "failover") as relay:  # fmt: skip
+        relay.prepare()
+    snap = relay.status.snapshot()
+    click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node}")
+    for row in snap.rows:
+        r = row.route
+        click.echo(
+            f"  {r.topic}[{r.partition}] -> {r.target_topic}[{r.target_partition}]: "
+            f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
+        )
+    click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
+    target = cfg.need_target()
+    group = f"{cfg.app.group_id}.relay"
+    click.echo(members_line(target.cluster, target.request_timeout, group))
+
+
+def _store_report(cfg: Config) -> None:
+    """Reachable and writable, and what is there: per partition its segments, the offsets they
+    cover, and any hole or overlap a restore would stop at."""
+    from relay.store import ChainLink, plan_chain
+    from relay.store.configured import store_of
+
+    store_cfg = cfg.need_store()
+    store = store_of(store_cfg)
+    store.check()
+    click.echo(f"store {store.describe()}: ok (reachable, writable); cluster {store_cfg.cluster}")
+    for route in cfg.topics:
+        partitions = store.list_partitions(store_cfg.cluster, route.source)
+        if not partitions:
+            click.echo(f"  {route.source}: no segments")
+        for partition in partitions:
+            refs = store.list_segments(store_cfg.cluster, route.source, partition)
+            links = [ChainLink.of(ref, store.read_meta(ref)) for ref in refs]
+            plan = plan_chain(links)
+            covered = (
+                f"offsets {plan.links[0].start}-{plan.links[-1].next_offset - 1}"
+                if plan.links else "empty"
+            )  # fmt: skip
+            records = sum(link.count for link in plan.links)
+            problems = "; ".join(str(p) for p in plan.problems) or "no gaps"
+            click.echo(
+                f"  {route.source}[{partition}]: {len(refs)} segments, {records} records, "
+                f"{covered}, {problems}"
+            )
+    groups = store.list_groups(store_cfg.cluster)
+    click.echo(f"consumer-group snapshots: {', '.join(groups) if groups else 'none'}")
+    if cfg.sources:
+        click.echo(members_line(cfg.sources[0], 10.0, f"{cfg.app.group_id}.backup"))
+    if cfg.target is not None:
+        group = f"{cfg.app.group_id}.restore"
+        click.echo(members_line(cfg.target.cluster, cfg.target.request_timeout, group))

@@ -1,0 +1,91 @@
+"""The three pipelines as runners: what `ktm relay`, `ktm backup` and `ktm restore` run."""
+
+from __future__ import annotations
+
+import threading
+
+from relay.config import Config
+from relay.driver.backup import BackupPipeline
+from relay.driver.metrics import Metrics
+from relay.driver.mirror import RelayPipeline
+from relay.driver.restore import RestoreOptions, RestorePipeline
+from relay.driver.runner import Runner, RunSummary
+from relay.filters import FilterSpec, load_filters
+
+__all__ = ["Backup", "Relay", "Restore", "RunSummary"]
+
+
+class Relay(Runner):
+    """Kafka to Kafka. `filters` default to the config's (sections and --filter files)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stop_at_end: bool,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        filters: tuple[FilterSpec, ...] | None = None,
+        master: str | None = None,
+        failover: bool = False,
+    ):
+        pipeline = RelayPipeline(
+            cfg,
+            stop_event=stop_event,
+            metrics=metrics,
+            filters=load_filters(cfg) if filters is None else filters,
+            failover=failover,
+        )
+        super().__init__(
+            cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
+            metrics=metrics, master=master,
+        )  # fmt: skip
+
+
+class Backup(Runner):
+    """Kafka to store segments."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stop_at_end: bool,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        filters: tuple[FilterSpec, ...] | None = None,
+        master: str | None = None,
+        failover: bool = False,
+    ):
+        pipeline = BackupPipeline(
+            cfg,
+            stop_event=stop_event,
+            metrics=metrics,
+            filters=load_filters(cfg) if filters is None else filters,
+            failover=failover,
+        )
+        super().__init__(
+            cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
+            metrics=metrics, master=master,
+        )  # fmt: skip
+
+
+class Restore(Runner):
+    """Store segments to Kafka."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stop_at_end: bool,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        options: RestoreOptions | None = None,
+        master: str | None = None,
+    ):
+        options = options or RestoreOptions()
+        self.options = options
+        pipeline = RestorePipeline(cfg, stop_event=stop_event, metrics=metrics, options=options)
+        super().__init__(
+            cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
+            metrics=metrics, master=master,
+        )  # fmt: skip

@@ -1,0 +1,166 @@
+"""The restore pipeline: store segments into Kafka, resumed from the destination's provenance.
+
+Restored records carry the relay's provenance header (named after the stored cluster), so a
+restore run again writes nothing new, a restore into an empty topic writes everything, and a
+`ktm relay` into the same topic afterwards resumes after the last restored offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relay.clients import admin
+from relay.clients.settings import describe
+from relay.config import Config
+from relay.driver.metrics import Metrics
+from relay.driver.pipeline import Plan
+from relay.driver.plan import plan_routes
+from relay.driver.setup import Startup
+from relay.errors import KafkaSetupError
+from relay.resume import destination_next_offsets
+from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, RestoreTask, SourcePartition
+from relay.store import ChainLink, plan_chain
+from relay.store.configured import store_of
+
+log = logging.getLogger(__name__)
+
+REPORT_INTERVAL = 0.5
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    follow: bool = False
+    from_time: int | None = None  # ms since the epoch, inclusive
+    until_time: int | None = None  # exclusive
+    create_topics: bool = False
+
+
+class RestorePipeline:
+    kind = "restore"
+
+    def __init__(
+        self, cfg: Config, *, stop_event: threading.Event, metrics: Metrics, options: RestoreOptions
+    ):
+        self.cfg, self.options = cfg, options
+        self.store_cfg = cfg.need_store()
+        self.store = store_of(self.store_cfg)
+        self.target = cfg.need_target()
+        self.startup = Startup(cfg, _NoPool(), stop_event, metrics)  # type: ignore[arg-type]
+        self.timeout = self.startup.timeout
+        self.coordinator = self.target.cluster
+        self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
+        self.routes: list[PartitionRoute] = []
+
+    def plan(
+        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
+    ) -> Plan:
+        where = self.store.describe()
+        self.startup.call("store", lambda: self.store.check(write=False), where)
+        stored = self.startup.call("store", self._stored_counts, where)
+        target = self.target.cluster
+        names = [r.target for r in self.cfg.topics]
+        counts = self.startup.call(
+            "target", lambda: admin.partition_counts(target, names, self.timeout)
+        )
+        if self.options.create_topics:
+            counts = self._create_missing(stored, counts)
+        self.routes = plan_routes(self.cfg.topics, stored, counts, where, describe(target))
+        if on_routes is not None:
+            on_routes(self.routes)
+        at_destination = self.startup.call("target", lambda: self.where(self.routes))
+        ranges = self.startup.call("store", lambda: self._ranges(self.routes), where)
+        nexts, ends = {}, {}
+        for route in self.routes:
+            first, end = ranges.get(route.key, (0, 0))
+            nexts[route.key] = max(first, at_destination.get(route.key, first))
+            ends[route.key] = end
+            log.info(
+                "restore topic=%s partition=%s next_offset=%s store end=%s",
+                route.topic,
+                route.partition,
+                nexts[route.key],
+                end,
+            )
+        stops = dict(ends) if stop_at_end else None
+        return Plan(self.routes, nexts, ends, stops)
+
+    def _stored_counts(self) -> dict[str, int]:
+        """Each [topics] key's partition count in the store (its highest partition + 1)."""
+        counts = {}
+        for route in self.cfg.topics:
+            partitions = self.store.list_partitions(self.store_cfg.cluster, route.source)
+            if not partitions:
+                raise KafkaSetupError(
+                    f"[topics].{route.source}: no segments of topic {route.source!r} in store "
+                    f"{self.store.describe()} (cluster {self.store_cfg.cluster!r})"
+                )
+            counts[route.source] = max(partitions) + 1
+        return counts
+
+    def _create_missing(self, stored: dict[str, int], counts: dict[str, int]) -> dict[str, int]:
+        """--create-topics: the missing destination topics, with the stored partition count."""
+        missing = {r.target: stored[r.source] for r in self.cfg.topics if r.target not in counts}
+        if missing:
+            admin.create_topics(self.target.cluster, missing, self.timeout)
+            for topic, partitions in sorted(missing.items()):
+                log.info("created topic %s with %d partitions on the target", topic, partitions)
+        return {**counts, **missing}
+
+    def _ranges(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, tuple[int, int]]:
+        """Per partition: where its chain of segments starts and where it ends."""
+        found = {}
+        for route in routes:
+            refs = self.store.list_segments(self.store_cfg.cluster, route.topic, route.partition)
+            links = [ChainLink.of(ref, self.store.read_meta(ref)) for ref in refs]
+            plan = plan_chain(links)
+            if plan.links:
+                found[route.key] = (plan.links[0].start, plan.links[-1].next_offset)
+        return found
+
+    def active_source(self) -> str:
+        return self.store.describe()
+
+    def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
+        return destination_next_offsets(self.target.cluster, routes, self.timeout)
+
+    def task(
+        self, round_id: int, task_id: int, works: tuple[PartitionWork, ...], channel: ChannelAddress
+    ) -> RestoreTask:
+        return RestoreTask(
+            round_id=round_id,
+            task_id=task_id,
+            store=self.store_cfg,
+            target=self.target,
+            partitions=works,
+            channel=channel,
+            report_interval=REPORT_INTERVAL,
+            follow=self.options.follow,
+            from_time=self.options.from_time,
+            until_time=self.options.until_time,
+        )
+
+    def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:
+        return False
+
+    def wants_switch(self, nexts: dict[SourcePartition, int]) -> bool:
+        return False
+
+    def views(self) -> list[Any]:
+        return []
+
+    def tick(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _NoPool:
+    """Restore reads no cluster: start-up errors never name a source pool."""
+
+    def describe_all(self) -> str:
+        return "(no source cluster)"
