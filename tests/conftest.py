@@ -56,6 +56,22 @@ def target_broker(module_brokers: BrokerFactory) -> Broker:
     return module_brokers("target")
 
 
+# --- S3 (SeaweedFS) ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real S3 server for the whole run (SeaweedFS, or KTM_TEST_S3); tests use their own
+    prefixes or buckets."""
+    from tests.support.seaweed import new_s3
+
+    server = new_s3(log_dir=tmp_path_factory.mktemp("seaweed"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 # --- Spark fixtures ----------------------------------------------------------------------------
 # Reserved: the session-scoped SparkSession fixture goes here.
 

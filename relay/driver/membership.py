@@ -158,7 +158,7 @@ class Membership:
                 self.group,
             )
         log.info(
-            "group %s generation %d: this process relays %d of %d partitions (%d member%s)",
+            "group %s generation %d: this process owns %d of %d partitions (%d member%s)",
             self.group,
             assignment.generation,
             len(assignment.keys),

@@ -272,7 +272,7 @@ class Runner:
             log.info("round %d: %d task(s) stopped without a lease", current.round_id, len(lost))
             self._unsure = True
         log.info(
-            "round %d ended (%s) after %.1fs: %d tasks, %d records relayed so far",
+            "round %d ended (%s) after %.1fs: %d tasks, %d records so far",
             current.round_id,
             current.stop_reason or "done",
             wall,

@@ -61,13 +61,18 @@ class _Partition:
         plan = plan_chain(self.links.values(), start=self.position)
         if not plan.links:
             return None
-        if plan.problems:
-            if not self.follow or plan.problems[0].kind != "hole":
-                raise ChainError(plan.problems)
-            self._late(plan.problems, now)
+        link = plan.links[0]
+        overlaps = [p for p in plan.problems if p.kind == "overlap" and link.key in p.keys]
+        if overlaps:
+            raise ChainError(overlaps)
+        if link.start > self.position:  # the segment holding `position` is missing
+            hole = [p for p in plan.problems if p.kind == "hole"][:1]
+            if not self.follow:
+                raise ChainError(hole)
+            self._late(hole, now)
             return None
         self.hole_since = None
-        return plan.links[0]
+        return link
 
     def _late(self, problems: Any, now: float) -> None:
         """A hole while following: wait (the listing repeats every follow_interval) until

@@ -120,17 +120,22 @@ class SegmentWriter:
         self.pending = ()  # nothing in flight: a segment is written synchronously
 
     def write(self, records: list[Any]) -> None:
-        append = self.buffer.append
+        """Append in order; a segment that reaches its record or byte limit closes right after
+        the record that filled it (not at the end of the fetch)."""
+        cfg = self.cfg
         for r in records:
-            append(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers or ())
+            buffer = self.buffer
+            buffer.append(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers or ())
+            if (
+                buffer.count >= cfg.max_segment_records
+                or buffer.size_bytes >= cfg.max_segment_bytes
+            ):
+                self.close(r.offset + 1)
 
     def tick(self, processed_to: int, now: float) -> None:
-        buffer, cfg = self.buffer, self.cfg
-        if not buffer.count:
-            return
-        full = buffer.count >= cfg.max_segment_records or buffer.size_bytes >= cfg.max_segment_bytes
-        aged = buffer.opened_at is not None and now - buffer.opened_at >= cfg.max_segment_age
-        if full or aged:
+        """An open segment closes on its age, even when no record comes any more."""
+        opened = self.buffer.opened_at
+        if self.buffer.count and opened is not None and now - opened >= self.cfg.max_segment_age:
             self.close(processed_to)
 
     def close(self, processed_to: int) -> None:

@@ -10,6 +10,8 @@ _cache: dict[StoreConfig, SegmentStore] = {}
 
 
 def store_of(cfg: StoreConfig) -> SegmentStore:
+    if not cfg.url.startswith("s3://"):
+        return open_store(cfg.url)
     return open_store(
         cfg.url,
         endpoint=cfg.s3_endpoint,

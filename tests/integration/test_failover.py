@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
-from relay.driver.metrics import Metrics
 from relay.driver.jobs import Relay, RunSummary
+from relay.driver.metrics import Metrics
 from tests.integration.relay_env import assert_exact_copy, provenance
 from tests.kafka_env import (
     NO_KILL_REASON,

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
-from relay.driver.metrics import Metrics
 from relay.driver.jobs import Relay, RunSummary
+from relay.driver.metrics import Metrics
 from relay.filters import FilterSpec, specs_from_config, validate_filters
 from tests.integration.relay_env import (
     assert_exact_copy,

@@ -14,8 +14,8 @@ import pytest
 from kafka import KafkaProducer
 
 from relay.config import load_config
-from relay.driver.metrics import Metrics
 from relay.driver.jobs import Relay, RunSummary
+from relay.driver.metrics import Metrics
 from tests.integration.relay_env import (
     assert_exact_copy,
     committed_offsets,

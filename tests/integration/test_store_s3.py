@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +16,9 @@ from relay.store.layout import group_snapshot_path
 from relay.store.store import SegmentStore, open_store
 from tests.kafka_env import free_port
 from tests.support import seaweed
-from tests.support.seaweed import S3Server, new_s3, s3_filesystem
+from tests.support.seaweed import S3Server, s3_filesystem
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = new_s3(log_dir=tmp_path_factory.mktemp("seaweed"))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def s3_store(s3: S3Server, url: str, **overrides: Any) -> SegmentStore:

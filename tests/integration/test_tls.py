@@ -27,8 +27,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from relay.config import load_config
-from relay.driver.metrics import Metrics
 from relay.driver.jobs import Relay, RunSummary
+from relay.driver.metrics import Metrics
 from tests.integration.relay_env import FAST_RETRIES, assert_exact_copy, provenance
 from tests.kafka_env import (
     Record,

@@ -59,6 +59,12 @@ class Ktm:
                 start_new_session=True,  # its own group: the JVM and workers can be killed too
             )
 
+    def __enter__(self) -> Ktm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
     def wait(self, timeout: float) -> Finished:
         try:
             code = self.proc.wait(timeout=timeout)
@@ -138,16 +144,16 @@ def live_session_members(sid: int) -> list[int]:
 
 
 @contextmanager
-def ktm(tmp_path: Path, *args: str) -> Iterator[Ktm]:
-    process = Ktm(tmp_path, *args)
+def ktm(tmp_path: Path, *args: str, command: str = "relay") -> Iterator[Ktm]:
+    process = Ktm(tmp_path, *args, command=command)
     try:
         yield process
     finally:
         process.kill()
 
 
-def run_ktm(tmp_path: Path, *args: str, timeout: float) -> Finished:
-    with ktm(tmp_path, *args) as process:
+def run_ktm(tmp_path: Path, *args: str, timeout: float, command: str = "relay") -> Finished:
+    with ktm(tmp_path, *args, command=command) as process:
         return process.wait(timeout)
 
 
