@@ -139,6 +139,18 @@ class BackupPipeline:
                 found[route.key] = nxt
         return found
 
+    def adopt(self, routes: Sequence[PartitionRoute]) -> None:
+        """Leftovers of a crashed write (temporary files of a directory store) go, now that no
+        other process writes these partitions."""
+        for route in routes:
+            removed = self.store.clean_leftovers(
+                self.store_cfg.cluster, route.topic, route.partition
+            )
+            if removed:
+                log.info(
+                    "removed %d leftover file(s) of %s[%s]", removed, route.topic, route.partition
+                )
+
     def task(
         self, round_id: int, task_id: int, works: tuple[PartitionWork, ...], channel: ChannelAddress
     ) -> BackupTask:

@@ -50,6 +50,12 @@ class Metrics:
         self.bytes_produced = Counter(
             "ktm_bytes_produced", "Key and value bytes produced", ("target_topic",), registry=r
         )
+        self.segments_written = Counter(
+            "ktm_segments_written",
+            "Segments ktm backup wrote to the store (their bytes: ktm_bytes_produced_total)",
+            ("source_topic", "source_partition"),
+            registry=r,
+        )
         self.lag = Gauge(
             "ktm_partition_lag",
             "Source end offset minus the next offset to relay",

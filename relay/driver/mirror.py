@@ -74,6 +74,9 @@ class RelayPipeline:
                 found[key] = offset
         return found
 
+    def adopt(self, routes: Sequence[PartitionRoute]) -> None:
+        pass
+
     def task(
         self,
         round_id: int,

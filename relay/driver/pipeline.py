@@ -42,6 +42,10 @@ class Pipeline(Protocol):
         for partitions this process just took over."""
         ...
 
+    def adopt(self, routes: Sequence[PartitionRoute]) -> None:
+        """This process owns these partitions now (nobody else writes them)."""
+        ...
+
     def task(
         self,
         round_id: int,

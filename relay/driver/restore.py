@@ -127,6 +127,9 @@ class RestorePipeline:
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
         return destination_next_offsets(self.target.cluster, routes, self.timeout)
 
+    def adopt(self, routes: Sequence[PartitionRoute]) -> None:
+        pass
+
     def task(
         self, round_id: int, task_id: int, works: tuple[PartitionWork, ...], channel: ChannelAddress
     ) -> RestoreTask:

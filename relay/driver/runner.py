@@ -193,6 +193,7 @@ class Runner:
             return None
         if assignment.generation != self._generation:
             owned = [r for r in self.routes if r.key in assignment.keys]
+            self.pipeline.adopt(owned)
             self._resync(owned, "taken over")
             self._generation = assignment.generation
             self.status.set_owned(assignment.keys, assignment.members)

@@ -149,6 +149,9 @@ class Status:
         m.produced.labels(*labels).inc(max(0, produced))
         done_bytes = part.produced_bytes - (before.produced_bytes if before else 0)
         m.bytes_produced.labels(route.target_topic).inc(max(0, done_bytes))
+        segments = part.segments - (before.segments if before else 0)
+        if segments > 0:
+            m.segments_written.labels(route.topic, str(route.partition)).inc(segments)
         filtered = _count_delta(part.filtered, before.filtered if before else ())
         for filter_id, count in filtered.items():
             m.filtered.labels(filter_id, route.topic).inc(count)

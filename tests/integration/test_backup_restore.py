@@ -21,6 +21,7 @@ from relay.driver.restore import RestoreOptions
 from relay.driver.translate import carry_groups
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
+from relay.store.layout import temp_name
 from tests.integration.relay_env import (
     FAST_GROUP,
     FAST_RETRIES,
@@ -148,9 +149,14 @@ def test_backup_resumes_from_the_store_and_restore_into_an_empty_topic_writes_al
     src, dst = topics
     produce(source_broker.bootstrap, src, records(300, 3))
     backup(conf)
+    # What a crash mid-write leaves in a directory store: a temporary file, never a segment.
+    segment = next((conf.parent / "store").rglob("*.parquet"))
+    leftover = segment.with_name(temp_name(segment.name))
+    leftover.write_bytes(b"half a segment")
     produce(source_broker.bootstrap, src, records(200, 3, first=300))
     second = backup(conf)
     assert second.relayed == 200  # only the new records: the store is the truth
+    assert not leftover.exists()  # cleaned once the partition was this process's
     for partition in range(3):
         assert not chain_of(conf, src, partition).problems
 
