@@ -246,7 +246,7 @@ class TlsProxy:
             # Bytes already decrypted inside the SSL object do not make the socket readable.
             readable = [tls] if tls.pending() else None
             if readable is None:
-                readable, _, _ = select.select([tls, upstream], [], [], _POLL_SECONDS)
+                readable, _, _ = select.select([tls, upstream], [], [], _POLL_SECONDS)  # type: ignore[list-item]
             for sock in readable:
                 try:
                     data = sock.recv(_CHUNK)

@@ -50,7 +50,7 @@ def run_guarded(debug: bool, fn: Callable[[], int]) -> int:
             log.exception("failed")
         click.echo(f"ktm: error: {exc}", err=True)
         return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - the operator gets one line, --debug the rest
+    except Exception as exc:
         if debug:
             log.exception("unexpected failure")
         click.echo(f"ktm: internal error: {type(exc).__name__}: {exc}", err=True)

@@ -200,7 +200,7 @@ class SourcePool:
         for node in self.nodes:
             try:
                 return admin.partition_counts(node, topics, timeout)
-            except Exception as exc:  # noqa: BLE001 - try the next node, report all below
+            except Exception as exc:
                 if not is_retriable(exc):
                     raise
                 errors.append(f"{describe(node)}: {exc}")

@@ -124,7 +124,7 @@ class Membership:
             while not self._closing.is_set():
                 self._member.poll(POLL_EVERY)
                 self._last_poll = time.monotonic()
-        except Exception as exc:  # noqa: BLE001 - reported to the driver by current()
+        except Exception as exc:
             log.debug("membership loop failed", exc_info=True)
             self._error = exc
         finally:

@@ -176,7 +176,7 @@ def _handler(
     registry: CollectorRegistry, health: Callable[[], tuple[bool, dict[str, object]]]
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:  # the name BaseHTTPRequestHandler calls
             if self.path.split("?")[0] == "/metrics":
                 self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
             elif self.path.split("?")[0] == "/healthz":
@@ -193,7 +193,7 @@ def _handler(
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             log.debug("http: " + format, *args)
 
     return Handler

@@ -271,7 +271,7 @@ HEADERS: tuple[list[tuple[str, bytes]], ...] = (
     [("Region", b"eu")],  # names are case-sensitive: this record lacks the header
     [("other", b"eu"), ("trace", b"t")],
 )
-VALUES = (
+VALUES: tuple[dict[str, Any] | None, ...] = (
     {"user": {"tier": "gold"}},
     {"user": {"tier": "silver"}},
     {"user": {"tier": 1}},

@@ -25,8 +25,8 @@ def server():
     reports: list[Report] = []
     leases = {"lease": 2.0}
     srv = ControlServer("127.0.0.1", 0, "s3cret-token", lambda _: leases["lease"], reports.append)
-    srv.reports = reports  # type: ignore[attr-defined]
-    srv.leases = leases  # type: ignore[attr-defined]
+    srv.reports = reports
+    srv.leases = leases
     yield srv
     srv.close()
 

@@ -341,7 +341,7 @@ def test_sample_commented_keys_are_valid(tmp_path: Path, monkeypatch: pytest.Mon
     config = load_config(uncommented_sample(tmp_path))
 
     assert config.sources[0].password == Secret("s")
-    assert config.target.cluster.client_key_path == str(tmp_path / "certs" / "client.key")
+    assert config.need_target().cluster.client_key_path == str(tmp_path / "certs" / "client.key")
     assert config.spark.conf == (("spark.executor.memory", "1g"),)
     assert config.filters[0].config_dict() == {"fields": ["email", "phone"]}
     assert config.store is not None and config.store.cluster == "prod-eu"
@@ -427,7 +427,7 @@ def test_topics_keep_file_order_and_may_share_a_target(tmp_path: Path) -> None:
     ],
 )
 def test_acks(tmp_path: Path, value: Any, acks: str) -> None:
-    assert load(tmp_path, make(target=f"{TARGET}\nacks = {value}")).target.acks == acks
+    assert load(tmp_path, make(target=f"{TARGET}\nacks = {value}")).need_target().acks == acks
 
 
 @pytest.mark.parametrize(
@@ -448,8 +448,9 @@ def test_empty_optional_strings_mean_not_set(tmp_path: Path) -> None:
         tmp_path, make(target=f'{TARGET}\nsasl_mechanism = ""\nusername = ""\npassword = ""')
     )
 
-    assert (config.target.cluster.sasl_mechanism, config.target.cluster.username) == (None, None)
-    assert config.target.cluster.password is None
+    target = config.need_target().cluster
+    assert (target.sasl_mechanism, target.username) == (None, None)
+    assert config.need_target().cluster.password is None
 
 
 def test_cert_paths_are_relative_to_the_config_file(
@@ -463,7 +464,7 @@ def test_cert_paths_are_relative_to_the_config_file(
         make(target=f'{TARGET}\ntls = true\nca_cert_path = "ca.pem"'),
     )
 
-    assert load_config(path).target.cluster.ca_cert_path == str(tmp_path / "conf" / "ca.pem")
+    assert load_config(path).need_target().cluster.ca_cert_path == str(tmp_path / "conf" / "ca.pem")
 
 
 # Environment and secrets
@@ -480,9 +481,9 @@ def test_environment_variables_are_expanded(
     )
     config = load(tmp_path, make(target=target))
 
-    assert config.target.cluster.servers == ("10.0.0.7:9092",)
-    assert config.target.cluster.username == "u-10.0.0.7"
-    assert config.target.cluster.password == Secret(PASSWORD)
+    assert config.need_target().cluster.servers == ("10.0.0.7:9092",)
+    assert config.need_target().cluster.username == "u-10.0.0.7"
+    assert config.need_target().cluster.password == Secret(PASSWORD)
 
 
 def test_unset_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -498,11 +499,11 @@ def test_secrets_never_show(tmp_path: Path) -> None:
     target = f'{TARGET}\nsasl_mechanism = "PLAIN"\nusername = "u"\npassword = "{PASSWORD}"'
     extra = f'[spark.conf]\n"spark.ssl.keyPassword" = "{PASSWORD}"'
     config = load(tmp_path, make(target=target, extra=extra))
-    password = config.target.cluster.password
+    password = config.need_target().cluster.password
 
     assert password is not None and password.value == PASSWORD
     assert repr(password) == str(password) == "***"
-    assert PASSWORD not in repr(config.target) and PASSWORD not in str(config.target.cluster)
+    assert PASSWORD not in repr(config.target) and PASSWORD not in str(config.need_target().cluster)
     dumped = json.dumps(config.redacted())
     assert PASSWORD not in dumped
     assert config.redacted()["target"]["cluster"]["password"] == "***"

@@ -139,7 +139,7 @@ def assert_auth_settings(settings: dict[str, Any], expected: dict[str, Any]) -> 
 def assert_known_to(settings: dict[str, Any], *client_classes: type) -> None:
     """Every key is one the constructor accepts (they raise on unknown keys, after connecting)."""
     for cls in client_classes:
-        unknown = set(settings) - set(cls.DEFAULT_CONFIG)
+        unknown = set(settings) - set(cls.DEFAULT_CONFIG)  # type: ignore[attr-defined]
         assert not unknown, f"{cls.__name__} does not accept {sorted(unknown)}"
 
 
@@ -154,8 +154,8 @@ def test_auth_and_tls_keys_map_onto_kafka_python_settings(
     expected = expected_settings(mechanism, tls, certs)
 
     source = client_settings(cfg.sources[0])
-    target = client_settings(cfg.target.cluster)
-    producer = producer_settings(cfg.target)
+    target = client_settings(cfg.need_target().cluster)
+    producer = producer_settings(cfg.need_target())
 
     for settings in (source, target, producer):
         assert_auth_settings(settings, expected)
@@ -166,7 +166,7 @@ def test_auth_and_tls_keys_map_onto_kafka_python_settings(
     assert_known_to(producer, KafkaProducer)
     # The typed config keeps the password wrapped; only the settings for kafka-python unwrap it.
     if mechanism is not None:
-        assert cfg.target.cluster.password == Secret(PASSWORD)
+        assert cfg.need_target().cluster.password == Secret(PASSWORD)
 
 
 @pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
@@ -192,7 +192,9 @@ def test_kafka_pythons_ssl_context_loads_the_files(tmp_path: Path, tls: str) -> 
     made = make_ca(tmp_path / "ca")
     certs = {"ca": made.ca_cert, "cert": made.client_cert, "key": made.client_key}
     lines = auth_lines(None, tls, certs)
-    settings = client_settings(load(tmp_path, config_text(target_lines=lines)).target.cluster)
+    settings = client_settings(
+        load(tmp_path, config_text(target_lines=lines)).need_target().cluster
+    )
 
     context = KafkaSSLTransport._build_ssl_context({**KafkaSSLTransport.DEFAULT_CONFIG, **settings})
 
@@ -203,7 +205,7 @@ def test_kafka_pythons_ssl_context_loads_the_files(tmp_path: Path, tls: str) -> 
 
 def test_tls_without_a_ca_file_uses_the_system_trust_store(tmp_path: Path) -> None:
     settings = client_settings(
-        load(tmp_path, config_text(target_lines="tls = true")).target.cluster
+        load(tmp_path, config_text(target_lines="tls = true")).need_target().cluster
     )
     assert settings["security_protocol"] == "SSL"
     assert settings.get("ssl_cafile") is None  # kafka-python then loads the default CAs
@@ -322,7 +324,7 @@ def test_invalid_auth_or_tls_keys_name_the_key_path(
 def test_relative_cert_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:
     cert_files(tmp_path / "certs")
     lines = auth_lines(None, "mutual", {k: Path("certs") / v for k, v in CERT_NAMES.items()})
-    cluster = load(tmp_path, config_text(target_lines=lines)).target.cluster
+    cluster = load(tmp_path, config_text(target_lines=lines)).need_target().cluster
     assert cluster.ca_cert_path == str(tmp_path / "certs" / "ca.pem")
     assert cluster.client_key_path == str(tmp_path / "certs" / "client.key")
 
@@ -345,7 +347,7 @@ def test_password_from_an_environment_variable(
 
     assert cfg.sources[0].password == Secret(PASSWORD)
     assert client_settings(cfg.sources[0])["sasl_plain_password"] == PASSWORD
-    assert producer_settings(cfg.target)["sasl_plain_password"] == PASSWORD
+    assert producer_settings(cfg.need_target())["sasl_plain_password"] == PASSWORD
 
 
 def test_unset_password_variable_is_an_error_naming_it(
