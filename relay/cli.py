@@ -118,7 +118,7 @@ def check_command(**flags: Any) -> None:
 @_options("config", "mode", "filter", "stop_at_end", "master", "progress", "summary")
 def backup_command(**flags: Any) -> None:
     """Back the configured topics up into segments in [store], exactly once."""
-    from relay.commands.backup import backup
+    from relay.commands.relay import backup
 
     opts = _opts(flags)
     sys.exit(run_guarded(opts.debug, lambda: backup(opts)))

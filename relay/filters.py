@@ -22,9 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from relay.config import ON_ERROR
 from relay.errors import FilterError
-
-ON_ERROR_CHOICES = ("stop", "skip")
 
 
 class Filter(Protocol):
@@ -67,7 +66,7 @@ class FilterSpec:
     section: str | None = None  # "pii" for [filters.pii]; None for --filter PATH
 
     def __post_init__(self) -> None:
-        if self.on_error not in ON_ERROR_CHOICES:
+        if self.on_error not in ON_ERROR:
             raise FilterError(
                 f'{self.where}: on_error must be "stop" or "skip", got {self.on_error!r}'
             )

@@ -29,7 +29,6 @@ from relay.config import TargetConfig
 
 log = logging.getLogger(__name__)
 
-_ACKS = {"all": "all", "1": 1, "0": 0}
 
 # A record with neither key nor value is legal in Kafka, but send() refuses value=None with
 # key=None; the fallback path passes this stand-in, which the serializer turns back into None.
@@ -46,7 +45,8 @@ def producer_settings(target: TargetConfig) -> dict[str, Any]:
     idempotent = target.acks == "all"  # kafka-python requires acks=all for idempotence
     return {
         **client_settings(target.cluster, target.request_timeout),
-        "acks": _ACKS[target.acks],
+        # The config keeps acks as "all", "1" or "0"; kafka-python wants "all" or an int.
+        "acks": "all" if target.acks == "all" else int(target.acks),
         "enable_idempotence": idempotent,
         "compression_type": None if target.compression == "none" else target.compression,
         "linger_ms": int(target.linger * 1000),

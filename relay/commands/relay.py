@@ -1,4 +1,5 @@
-"""`ktm relay`: Kafka to Kafka, until stopped or (--stop-at-end) the end offsets seen at start."""
+"""`ktm relay` and `ktm backup`: read `[[sources]]` until stopped or (--stop-at-end) the end
+offsets seen at start-up; write to `[target]` (relay) or into `[store]` segments (backup)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,24 @@ from relay.commands.common import Options, run_pipeline
 from relay.config import Config
 from relay.driver.runner import Runner
 
-NEEDS = frozenset({"sources", "target"})
+NEEDS = {"relay": frozenset({"sources", "target"}), "backup": frozenset({"sources", "store"})}
 
 
 def relay(opts: Options) -> int:
+    return _from_sources(opts, "relay")
+
+
+def backup(opts: Options) -> int:
+    return _from_sources(opts, "backup")
+
+
+def _from_sources(opts: Options, kind: str) -> int:
     def build(cfg: Config, stop: threading.Event) -> Runner:
-        from relay.driver.jobs import Relay
+        from relay.driver.jobs import Backup, Relay
         from relay.driver.metrics import Metrics
 
-        return Relay(
+        job = Relay if kind == "relay" else Backup
+        return job(
             cfg,
             stop_at_end=opts.stop_at_end,
             stop_event=stop,
@@ -25,4 +35,4 @@ def relay(opts: Options) -> int:
             failover=opts.mode == "failover",
         )
 
-    return run_pipeline(opts, NEEDS, build)
+    return run_pipeline(opts, NEEDS[kind], build)

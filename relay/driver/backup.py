@@ -19,13 +19,13 @@ from typing import Any
 
 from relay.clients import admin
 from relay.config import Config
-from relay.driver.failover import SourcePool
 from relay.driver.metrics import Metrics
 from relay.driver.pipeline import Plan
 from relay.driver.setup import Startup
+from relay.driver.sources import FromSources
 from relay.errors import KafkaSetupError
 from relay.filters import FilterSpec
-from relay.resume import Delivered, check_continuity, source_offsets
+from relay.resume import Delivered, source_offsets
 from relay.spec import BackupTask, ChannelAddress, PartitionRoute, PartitionWork, SourcePartition
 from relay.store import group_snapshot_path
 from relay.store.configured import store_of
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 REPORT_INTERVAL = 0.5
 
 
-class BackupPipeline:
+class BackupPipeline(FromSources):
     kind = "backup"
 
     def __init__(
@@ -47,12 +47,11 @@ class BackupPipeline:
         filters: tuple[FilterSpec, ...],
         failover: bool,
     ):
-        self.cfg, self.filters = cfg, filters
+        super().__init__(cfg, metrics, failover, Startup.timeout_of(cfg))
+        self.filters = filters
         self.store_cfg = cfg.need_store()
         self.store = store_of(self.store_cfg)
-        self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
         self.startup = Startup(cfg, self.pool, stop_event, metrics)
-        self.timeout = self.startup.timeout
         self.coordinator = cfg.sources[0]
         self.group_topics: Sequence[str] = sorted({r.source for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
@@ -127,9 +126,6 @@ class BackupPipeline:
         log.info("backup topic=%s partition=%s next_offset=%s (store)", key[0], key[1], stored)
         return stored
 
-    def active_source(self) -> str:
-        return self.pool.active.name
-
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
         """Each partition's next offset in the store (its last segment's)."""
         found = {}
@@ -166,19 +162,7 @@ class BackupPipeline:
             filters=self.filters,
         )
 
-    def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:
-        decision = self.pool.next_switch(nexts, urgent=urgent)
-        if decision is None:
-            return False
-        new = self.pool.node(decision.node)
-        check_continuity(new, self._last_stored(), self.cfg.source_pool.on_mismatch, self.timeout)
-        log.warning(
-            "failover from=%s to=%s reason=%s", self.pool.active.name, new.name, decision.reason
-        )
-        self.pool.switch(decision)
-        return True
-
-    def _last_stored(self) -> dict[SourcePartition, Delivered]:
+    def last_delivered(self) -> dict[SourcePartition, Delivered]:
         """The last record backed up of each partition (read from its last segment), to check
         that a new node holds the same record at that offset."""
         found = {}
@@ -191,15 +175,6 @@ class BackupPipeline:
             if last:
                 found[route.key] = Delivered(last[0].offset + 1, last[0])
         return found
-
-    def wants_switch(self, nexts: dict[SourcePartition, int]) -> bool:
-        try:
-            return self.pool.next_switch(nexts, urgent=False) is not None
-        except ConnectionError:
-            return True
-
-    def views(self) -> list[Any]:
-        return self.pool.views()
 
     def tick(self) -> None:
         """Snapshot the committed offsets of `[store].groups` every max_segment_age."""
@@ -226,4 +201,4 @@ class BackupPipeline:
     def close(self) -> None:
         if self.store_cfg.groups and self.routes:
             self.snapshot_groups()
-        self.pool.close()
+        super().close()

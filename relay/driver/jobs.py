@@ -15,8 +15,11 @@ from relay.filters import FilterSpec, load_filters
 __all__ = ["Backup", "Relay", "Restore", "RunSummary"]
 
 
-class Relay(Runner):
-    """Kafka to Kafka. `filters` default to the config's (sections and --filter files)."""
+class _FromSources(Runner):
+    """A job that reads `[[sources]]`; `filters` default to the config's (its sections and the
+    --filter files)."""
+
+    pipeline_class: type[RelayPipeline] | type[BackupPipeline]
 
     def __init__(
         self,
@@ -29,7 +32,7 @@ class Relay(Runner):
         master: str | None = None,
         failover: bool = False,
     ):
-        pipeline = RelayPipeline(
+        pipeline = self.pipeline_class(
             cfg,
             stop_event=stop_event,
             metrics=metrics,
@@ -42,31 +45,16 @@ class Relay(Runner):
         )  # fmt: skip
 
 
-class Backup(Runner):
+class Relay(_FromSources):
+    """Kafka to Kafka."""
+
+    pipeline_class = RelayPipeline
+
+
+class Backup(_FromSources):
     """Kafka to store segments."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_at_end: bool,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        filters: tuple[FilterSpec, ...] | None = None,
-        master: str | None = None,
-        failover: bool = False,
-    ):
-        pipeline = BackupPipeline(
-            cfg,
-            stop_event=stop_event,
-            metrics=metrics,
-            filters=load_filters(cfg) if filters is None else filters,
-            failover=failover,
-        )
-        super().__init__(
-            cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-            metrics=metrics, master=master,
-        )  # fmt: skip
+    pipeline_class = BackupPipeline
 
 
 class Restore(Runner):

@@ -5,16 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from relay.clients import admin
 from relay.config import Config
-from relay.driver.failover import Decision, SourcePool
 from relay.driver.metrics import Metrics
 from relay.driver.pipeline import Plan
 from relay.driver.setup import Startup
+from relay.driver.sources import FromSources
 from relay.filters import FilterSpec
-from relay.resume import check_continuity, delivered, destination_next_offsets
+from relay.resume import Delivered, delivered, destination_next_offsets
 from relay.spec import ChannelAddress, GroupTask, PartitionRoute, PartitionWork, SourcePartition
 
 log = logging.getLogger(__name__)
@@ -23,7 +22,7 @@ REPORT_INTERVAL = 0.5  # seconds between a task's progress reports
 COMMITTED_TIMEOUT = 2.0  # seconds to ask the source for its group's committed offsets
 
 
-class RelayPipeline:
+class RelayPipeline(FromSources):
     kind = "relay"
 
     def __init__(
@@ -35,11 +34,9 @@ class RelayPipeline:
         filters: tuple[FilterSpec, ...],
         failover: bool,
     ):
-        self.cfg = cfg
+        super().__init__(cfg, metrics, failover, Startup.timeout_of(cfg))
         self.filters = filters
-        self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
         self.startup = Startup(cfg, self.pool, stop_event, metrics)
-        self.timeout = self.startup.timeout
         self.coordinator = cfg.need_target().cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
@@ -50,9 +47,6 @@ class RelayPipeline:
         plan = self.startup.plan(stop_at_end, on_routes)
         self.routes = plan.routes
         return plan
-
-    def active_source(self) -> str:
-        return self.pool.active.name
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
         """The destination's provenance tail, or the group's committed offset when that is
@@ -96,34 +90,8 @@ class RelayPipeline:
             filters=self.filters,
         )
 
-    def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:
-        decision = self.pool.next_switch(nexts, urgent=urgent)
-        if decision is not None:
-            self._switch(decision)
-        return decision is not None
-
-    def wants_switch(self, nexts: dict[SourcePartition, int]) -> bool:
-        try:
-            return self.pool.next_switch(nexts, urgent=False) is not None
-        except ConnectionError:
-            return True  # the active node is down and none can serve: end, then retry
-
-    def _switch(self, decision: Decision) -> None:
-        """Move to another node after checking that its record at the last relayed offset is
-        the one relayed (the caller then resumes from the destination's provenance)."""
-        new = self.pool.node(decision.node)
-        at_destination = delivered(self.cfg.need_target().cluster, self.routes, self.timeout)
-        check_continuity(new, at_destination, self.cfg.source_pool.on_mismatch, self.timeout)
-        log.warning(
-            "failover from=%s to=%s reason=%s", self.pool.active.name, new.name, decision.reason
-        )
-        self.pool.switch(decision)
-
-    def views(self) -> list[Any]:
-        return self.pool.views()
+    def last_delivered(self) -> dict[SourcePartition, Delivered]:
+        return delivered(self.cfg.need_target().cluster, self.routes, self.timeout)
 
     def tick(self) -> None:
         pass
-
-    def close(self) -> None:
-        self.pool.close()

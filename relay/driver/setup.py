@@ -32,7 +32,12 @@ T = TypeVar("T")
 class Startup:
     def __init__(self, cfg: Config, pool: SourcePool, stop: threading.Event, metrics: Metrics):
         self.cfg, self.pool, self.stop, self.metrics = cfg, pool, stop, metrics
-        self.timeout = cfg.source_pool.request_timeout * 5 + 5
+        self.timeout = self.timeout_of(cfg)
+
+    @staticmethod
+    def timeout_of(cfg: Config) -> float:
+        """Time limit of one start-up request: generous, a cluster may be slow to answer."""
+        return cfg.source_pool.request_timeout * 5 + 5
 
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None = None
