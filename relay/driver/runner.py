@@ -62,13 +62,14 @@ class Runner:
         stop_event: threading.Event,
         metrics: Metrics,
         master: str | None = None,
+        backend: SparkBackend | None = None,
     ):
         self.cfg, self.pipeline = cfg, pipeline
         self.stop_at_end, self.stop_event, self.metrics = stop_at_end, stop_event, metrics
         self.status = Status(metrics, cfg.app.stuck_after)
         # Leases last a quarter of the group session (relay.driver.membership); renewed 4 times
-        # as often.
-        self.backend = SparkBackend(
+        # as often. (Tests pass a backend of their own: the driver's logic without Spark.)
+        self.backend = backend or SparkBackend(
             cfg.spark,
             master,
             metrics,

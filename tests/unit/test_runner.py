@@ -1,0 +1,280 @@
+"""The driver's decisions without Spark or Kafka: rounds, retries, resyncs, ownership.
+
+The fakes stand behind the driver's own seams (the Spark backend, the pipeline, the group
+membership); the engine answers each round with the results a test scripts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from relay.clients.group import Assignment
+from relay.config import (
+    AppConfig,
+    ClusterConfig,
+    Config,
+    SourcePoolConfig,
+    SparkConfig,
+    TargetConfig,
+    TopicRoute,
+)
+from relay.driver.metrics import Metrics
+from relay.driver.pipeline import Plan
+from relay.driver.runner import Runner
+from relay.errors import RelayError
+from relay.spec import (
+    ChannelAddress,
+    GroupResult,
+    PartitionProgress,
+    PartitionRoute,
+    PartitionWork,
+    TaskError,
+)
+
+ROUTES = [PartitionRoute("t", p, "t2", p) for p in range(4)]
+KEYS = [r.key for r in ROUTES]
+
+
+def config() -> Config:
+    cluster = ClusterConfig("c", ("h:1",))
+    return Config(
+        path="x.toml",
+        app=AppConfig(metrics_addr=None, session_timeout=2.0),
+        spark=SparkConfig(),
+        topics=(TopicRoute("t", "t2"),),
+        sources=(cluster,),
+        source_pool=SourcePoolConfig(max_retries=2, backoff_min=0.0, backoff_max=0.0),
+        target=TargetConfig(cluster, max_retries=2, backoff_min=0.0, backoff_max=0.0),
+        filters=(),
+    )
+
+
+@dataclass(frozen=True)
+class Spec:
+    round_id: int
+    task_id: int
+    works: tuple[PartitionWork, ...]
+
+
+class FakeJob:
+    def __init__(self, results: list[GroupResult]):
+        self._results = results
+
+    def wait(self, timeout: float) -> bool:
+        return True
+
+    def results(self) -> list[GroupResult]:
+        return self._results
+
+    def cancel(self) -> None:
+        pass
+
+
+class FakeEngine:
+    """Answers every round through `respond(tasks)`."""
+
+    slots = 2
+
+    def __init__(self, respond: Callable[[list[Spec]], list[GroupResult]]):
+        self.respond = respond
+        self.rounds: list[list[Spec]] = []
+
+    def submit(self, round_id: int, tasks: list[Spec]) -> FakeJob:
+        self.rounds.append(tasks)
+        return FakeJob(self.respond(tasks))
+
+    def refresh_slots(self) -> None:
+        pass
+
+
+class FakeChannel:
+    address = ChannelAddress("127.0.0.1", 1, "token")
+
+    def connected(self, round_id: int) -> int:
+        return 0
+
+    def stop_round(self, round_id: int) -> None:
+        pass
+
+
+class FakeBackend:
+    start_seconds, log_path, used, channel = 0.0, None, False, FakeChannel()
+
+    def __init__(self, engine: FakeEngine):
+        self.engine = engine
+
+    def begin(self, partitions: int) -> None:
+        pass
+
+    def ready(self, partitions: int) -> tuple[FakeEngine, FakeChannel]:
+        return self.engine, self.channel
+
+    def engine_slots(self) -> int:
+        return self.engine.slots
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class FakePipeline:
+    stops: dict[tuple[str, int], int] | None
+    at_destination: dict[tuple[str, int], int] = field(default_factory=dict)
+    kind: str = "relay"
+    coordinator: Any = None
+    group_topics: tuple[str, ...] = ("t2",)
+    where_calls: list[list[tuple[str, int]]] = field(default_factory=list)
+
+    def plan(self, stop_at_end: bool, on_routes: Any) -> Plan:
+        return Plan(list(ROUTES), dict.fromkeys(KEYS, 0), dict.fromkeys(KEYS, 100), self.stops)
+
+    def where(self, routes: list[PartitionRoute]) -> dict[tuple[str, int], int]:
+        self.where_calls.append([r.key for r in routes])
+        return {r.key: self.at_destination[r.key] for r in routes if r.key in self.at_destination}
+
+    def task(self, round_id: int, task_id: int, works: Any, channel: Any) -> Spec:
+        return Spec(round_id, task_id, works)
+
+    def adopt(self, routes: Any) -> None:
+        pass
+
+    def fail_over(self, nexts: Any, urgent: bool) -> bool:
+        return False
+
+    def wants_switch(self, nexts: Any) -> bool:
+        return False
+
+    def active_source(self) -> str:
+        return "c"
+
+    def views(self) -> list[Any]:
+        return []
+
+    def tick(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FakeMembership:
+    lease, rebalances = 1.0, 0
+
+    def __init__(self, keys: list[tuple[str, int]], generation: int = 1):
+        self._assignment = Assignment(generation, frozenset(keys), 2)
+
+    def current(self) -> Assignment:
+        return self._assignment
+
+    assignment = current
+
+    def wait_assigned(self, stop: threading.Event) -> Assignment:
+        return self._assignment
+
+    def may_write(self) -> bool:
+        return True
+
+
+def done(spec: Spec, *, error: TaskError | None = None, upto: int | None = None) -> GroupResult:
+    """A task's result: every partition acknowledged up to `upto` (default: its stop)."""
+    parts = tuple(
+        PartitionProgress(
+            w.route.key,
+            next_offset=w.stop if upto is None else upto,
+            produced=(w.stop if upto is None else upto) - w.start,
+            reached_stop=upto is None,
+        )
+        for w in spec.works
+    )
+    return GroupResult(spec.round_id, spec.task_id, 0, parts, error)
+
+
+def holds(spec: Spec, key: tuple[str, int]) -> bool:
+    return any(w.route.key == key for w in spec.works)
+
+
+def runner(
+    respond: Callable[[list[Spec]], list[GroupResult]],
+    pipeline: FakePipeline,
+    owned: list[tuple[str, int]] = KEYS,
+) -> tuple[Runner, FakeEngine]:
+    engine = FakeEngine(respond)
+    run = Runner(config(), pipeline, stop_at_end=pipeline.stops is not None,  # type: ignore[arg-type]
+                 stop_event=threading.Event(), metrics=Metrics(),
+                 backend=FakeBackend(engine))  # type: ignore[arg-type]  # fmt: skip
+    run.membership = FakeMembership(owned)  # type: ignore[assignment]
+    return run, engine
+
+
+STOPS = dict.fromkeys(KEYS, 100)
+
+
+def test_a_stop_at_end_run_plans_groups_on_the_slots_and_ends_when_all_reached_their_stop():
+    run, engine = runner(lambda tasks: [done(t) for t in tasks], FakePipeline(STOPS))
+    run.prepare()
+    summary = run.run()
+    assert len(engine.rounds) == 1 and len(engine.rounds[0]) == 2  # 4 partitions, 2 slots
+    assert sorted(w.route.key for t in engine.rounds[0] for w in t.works) == KEYS
+    assert summary.relayed == 400 and summary.next_offsets == STOPS
+
+
+def test_a_retriable_target_error_is_retried_from_where_the_destination_stands():
+    pipeline = FakePipeline(STOPS, at_destination={("t", 0): 60})
+    failure = TaskError("target", "KafkaTimeoutError: no ack", retriable=True, key=("t", 0))
+
+    def respond(tasks: list[Spec]) -> list[GroupResult]:
+        first = tasks[0].round_id == 1
+        return [done(t, error=failure, upto=50) if first and holds(t, ("t", 0)) else done(t)
+                for t in tasks]  # fmt: skip
+
+    run, engine = runner(respond, pipeline)
+    run.prepare()
+    run.run()
+    assert len(engine.rounds) == 2
+    retried = {w.route.key: w.start for t in engine.rounds[1] for w in t.works}
+    assert retried[("t", 0)] == 60  # records landed without their ack: not written again
+    assert run.metrics.registry.get_sample_value("ktm_errors_total", {"kind": "target"}) == 1
+
+
+def test_a_filter_error_stops_the_run_with_its_message():
+    failure = TaskError(
+        "filter", "filter 'x' failed: boom (offset=7)", retriable=False, key=("t", 1)
+    )
+    run, _ = runner(lambda tasks: [done(tasks[0], error=failure, upto=7)], FakePipeline(STOPS))
+    run.prepare()
+    with pytest.raises(RelayError, match=r"filter error on t\[1\]: filter 'x' failed: boom"):
+        run.run()
+
+
+def test_tasks_that_lost_their_lease_are_no_failure_but_the_next_round_re_reads_first():
+    pipeline = FakePipeline(STOPS, at_destination={("t", 2): 90})
+    lost = TaskError("channel", "the driver's lease ran out", retriable=True)
+
+    def respond(tasks: list[Spec]) -> list[GroupResult]:
+        if tasks[0].round_id == 1:
+            return [done(t, error=lost, upto=30) for t in tasks]
+        return [done(t) for t in tasks]
+
+    run, engine = runner(respond, pipeline)
+    run.prepare()
+    run.run()
+    assert len(engine.rounds) == 2
+    assert run.metrics.registry.get_sample_value("ktm_errors_total", {"kind": "channel"}) is None
+    assert pipeline.where_calls[-1] == sorted(KEYS)  # re-read before round 2
+    starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.works}
+    assert starts[("t", 2)] == 90 and starts[("t", 0)] == 30
+
+
+def test_only_the_partitions_this_process_owns_are_planned():
+    owned = [("t", 1), ("t", 3)]
+    run, engine = runner(lambda tasks: [done(t) for t in tasks], FakePipeline(STOPS), owned)
+    run.prepare()
+    run.run()
+    planned = sorted(w.route.key for t in engine.rounds[0] for w in t.works)
+    assert planned == owned
+    assert run.status.snapshot().members == 2 and len(run.status.snapshot().owned) == 2
