@@ -182,16 +182,19 @@ class FakeMembership:
 
 def done(spec: Spec, *, error: TaskError | None = None, upto: int | None = None) -> GroupResult:
     """A task's result: every partition acknowledged up to `upto` (default: its stop)."""
-    parts = tuple(
-        PartitionProgress(
-            w.route.key,
-            next_offset=w.stop if upto is None else upto,
-            produced=(w.stop if upto is None else upto) - w.start,
-            reached_stop=upto is None,
+    parts = []
+    for w in spec.works:
+        reached = w.stop if upto is None else upto
+        assert reached is not None
+        parts.append(
+            PartitionProgress(
+                w.route.key,
+                next_offset=reached,
+                produced=reached - w.start,
+                reached_stop=upto is None,
+            )
         )
-        for w in spec.works
-    )
-    return GroupResult(spec.round_id, spec.task_id, 0, parts, error)
+    return GroupResult(spec.round_id, spec.task_id, 0, tuple(parts), error)
 
 
 def holds(spec: Spec, key: tuple[str, int]) -> bool:

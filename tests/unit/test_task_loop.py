@@ -31,7 +31,8 @@ class FakeChannel:
 
     def __init__(self, reports: int = 1_000, lose: bool = False):
         self.left, self.lose = reports, lose
-        self.lost, self.reason, self.finals = False, "", []
+        self.lost, self.reason = False, ""
+        self.finals: list[Any] = []
 
     @property
     def should_stop(self) -> bool:
@@ -94,7 +95,8 @@ class FakeFuture:
 
 class FakeProducer:
     def __init__(self, fail_from: int | None = None):
-        self.fail_from, self.sent = fail_from, []
+        self.fail_from = fail_from
+        self.sent: list[Any] = []
 
     def send_batch(self, topic: str, partition: int, items: list[Any]) -> list[Any]:
         self.sent.extend(items)
@@ -139,10 +141,11 @@ def task(stops: tuple[int | None, int | None], filters: tuple[FilterSpec, ...] =
 
 def kafka_run(spec: GroupTask, reader: FakeReader, producer: FakeProducer, channel: Any) -> Any:
     def writer(work: PartitionWork, latencies: list[float]) -> KafkaWriter:
-        return KafkaWriter(producer, work.route, b"src/t/%d/" % work.route.partition, latencies)
+        prefix = b"src/t/%d/" % work.route.partition
+        return KafkaWriter(producer, work.route, prefix, latencies)  # type: ignore[arg-type]
 
     sides = Sides(spec, reader, writer)
-    run = GroupRun(spec, 0, channel, sides)  # type: ignore[arg-type]
+    run = GroupRun(spec, 0, channel, sides)
     error = run.execute()
     return run, error, sides
 
