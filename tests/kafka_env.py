@@ -1,7 +1,7 @@
 """Real Kafka-protocol brokers for the tests, and helpers to put data in and read it back.
 
 Brokers are Tansu processes (memory storage) started by the tests, one per cluster, see
-/work/shared/TANSU.md. With ``KTM_TEST_KAFKA=host:port`` set, every cluster a test asks for is
+shared/TANSU.md. With ``KTM_TEST_KAFKA=host:port`` set, every cluster a test asks for is
 that one external cluster instead (tests use uuid topic names), and brokers cannot be killed.
 
 The helpers use kafka-python directly, so they do not depend on the code under test.

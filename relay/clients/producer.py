@@ -1,6 +1,6 @@
 """Executor-side producing to the destination (kafka-python).
 
-One idempotent producer per target per worker process, reused across epochs. acks=all plus
+One idempotent producer per target per worker process, reused across rounds. acks=all plus
 idempotence means a record is acknowledged once, in order, on every in-sync replica; only then
 does its source offset count as done.
 
@@ -52,7 +52,7 @@ def producer_settings(target: TargetConfig) -> dict[str, Any]:
         "linger_ms": int(target.linger * 1000),
         "batch_size": target.batch_size,
         "request_timeout_ms": timeout_ms,
-        # A record not acknowledged within this time fails (and the epoch is retried), instead
+        # A record not acknowledged within this time fails (and the round is retried), instead
         # of the producer retrying forever behind the relay's back.
         "delivery_timeout_ms": 2 * timeout_ms + int(target.linger * 1000),
         "max_block_ms": timeout_ms,

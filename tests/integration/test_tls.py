@@ -1,6 +1,6 @@
 """TLS end to end: relays to and from a broker reached only through TLS (tests/tls_proxy.py).
 
-Tansu cannot serve TLS to kafka-python (/work/shared/TANSU.md), so each TLS cluster is a Tansu
+Tansu cannot serve TLS to kafka-python (shared/TANSU.md), so each TLS cluster is a Tansu
 listening in plain TCP on 127.0.0.1:Q behind a `TlsProxy` on 127.0.0.1:P, and Tansu advertises
 P: the connections kafka-python opens after bootstrap (to the partition leaders, the group
 coordinator) come back through the proxy, so every byte the relay exchanges with it is TLS.
