@@ -12,7 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from scripts.bench import measure_copy, measure_live, measure_stop
+from scripts.bench import (
+    measure_copy,
+    measure_live,
+    measure_roundtrip,
+    measure_stop,
+    measure_store,
+)
 from scripts.bench.contenders import Bench, has_confluent, ktm_version
 from scripts.bench.data import Cluster
 from scripts.bench.machine import header, load_average
@@ -29,6 +35,8 @@ MEASURES: dict[str, Callable[[Bench, Options], Table]] = {
     "stop": measure_stop.stop,
     "first_record": measure_live.first_record,
     "scaling": measure_copy.scaling,
+    "store": measure_store.store,
+    "roundtrip": measure_roundtrip.roundtrip,
 }
 BAD_CHECKS = ("WRONG", "FAILED")
 

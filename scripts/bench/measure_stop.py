@@ -147,8 +147,8 @@ def stop(bench: Bench, opts: Options) -> Table:
     table.notes.insert(
         0,
         "exit code 0 and no WARNING/ERROR expected (README: a signal flushes, commits, exits 0). "
-        "left running: processes of ktm's tree seen while it ran and still alive 2 s after it "
-        "exited (killed afterwards). copy check: the destination must be exactly the first "
-        "records of the source, per partition.",
+        "left running: processes of ktm's tree (seen while it ran, or carrying its environment "
+        "tag) still alive 2 s after it exited (killed afterwards). copy check: the destination "
+        "must be exactly the first records of the source, per partition.",
     )
     return table

@@ -18,8 +18,12 @@ SECTIONS = (
     "stop",
     "first_record",
     "scaling",
+    "store",
+    "roundtrip",
 )
-DEFAULT_SECTIONS = SECTIONS[:-1]  # scaling is optional: four more Spark runs on big backlogs
+# scaling is optional: four more Spark runs on big backlogs
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "scaling")
+STORE_KINDS = ("dir", "s3")
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,9 @@ class Options:
     scaling_records: int
     ktm_set: tuple[str, ...]
     quick: bool
+    store_cases: tuple[tuple[int, int], ...]  # (partitions, records) for the store section
+    roundtrip_records: int  # in `partitions` partitions
+    stores: tuple[str, ...]  # where backups go: a local directory and/or S3 (SeaweedFS)
 
 
 # option: (full run, --quick). --quick keeps every section's shape (partition counts included)
@@ -53,6 +60,8 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "first_records": (10_000, 2_000),
     "scaling": ((1, 2, 4, 8), (1, 2)),
     "scaling_records": (400_000, 300_000),
+    "store_cases": (((4, 300_000), (48, 96_000)), ((4, 20_000), (48, 9_600))),
+    "roundtrip_records": (1_000_000, 60_000),
 }
 
 
@@ -120,7 +129,29 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECTION.KEY=TOML",
         help="extra ktm config (TOML value), e.g. --ktm-set spark.slots=4",
     )
+    add_store_options(p)
     return p
+
+
+def add_store_options(p: argparse.ArgumentParser) -> None:
+    """The store and roundtrip sections' options."""
+    p.add_argument(
+        "--store-cases",
+        type=cases,
+        help="store section: PARTITIONS:RECORDS,... [4:300000,48:96000]",
+    )
+    p.add_argument(
+        "--roundtrip-records",
+        type=int,
+        help="roundtrip backlog, in --partitions partitions [1000000]",
+    )
+    p.add_argument(
+        "--store",
+        type=names(STORE_KINDS),
+        default=("dir",),
+        help="where store/roundtrip back up to: dir (a local directory), s3 (a SeaweedFS "
+        "server started here), or dir,s3 [dir]",
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> Options:
@@ -152,4 +183,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         scaling_records=pick("scaling_records"),
         ktm_set=tuple(args.ktm_set),
         quick=args.quick,
+        store_cases=pick("store_cases"),
+        roundtrip_records=pick("roundtrip_records"),
+        stores=args.store,
     )

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -20,9 +21,12 @@ from scripts.bench.machine import REPO
 SAMPLE_EVERY_S = 0.25
 FAST_SAMPLE_EVERY_S, FAST_SAMPLING_S = 0.05, 2.0
 LEFTOVER_GRACE_S = 2.0
+KILL_PASSES_S = 5.0  # kill_tree: how long to keep killing what is still there
+TREE_TAG = "KTM_BENCH_TREE"  # in a contender's environment, inherited by its whole tree
 # ktm's text log format: "HH:MM:SS LEVEL   logger: message" (relay/logs.py)
 LOG_LEVEL_RE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR|CRITICAL)\s")
 _RUNNING: set[Launched] = set()  # what kill_all() reaps when the benchmark is interrupted
+_ADOPTED: dict[int, tuple[str, float]] = {}  # servers other code started: pid -> (name, start)
 
 
 class TreeMonitor:
@@ -122,6 +126,7 @@ class Launched:
 
     def __init__(self, name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None):
         self.name = name
+        self.tag = f"{name}-{uuid.uuid4().hex[:8]}"
         self._out = workdir / f"{name}.stdout"
         self._err = workdir / f"{name}.stderr"
         self.started = time.monotonic()
@@ -132,7 +137,7 @@ class Launched:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                env=None if env is None else {**os.environ, **env},
+                env={**os.environ, **(env or {}), TREE_TAG: self.tag},
                 start_new_session=True,
             )
         _RUNNING.add(self)
@@ -155,6 +160,42 @@ class Launched:
             os.killpg(self.proc.pid, signum)  # its pgid is its pid: start_new_session
         else:
             self.proc.send_signal(signum)
+
+    def tagged(self) -> list[psutil.Process]:
+        """Live processes that carry this launch's TREE_TAG in their environment: the whole
+        tree, orphans included (a child whose parent died is re-parented out of it)."""
+        found = []
+        for proc in psutil.process_iter(["environ", "status"]):
+            info = proc.info
+            env = info.get("environ") or {}
+            if env.get(TREE_TAG) == self.tag and info.get("status") != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        return found
+
+    def kill_tree(self) -> int:
+        """SIGKILL the whole tree as a crash would: its group, every process seen in it or
+        carrying its tag (a JVM in a session of its own escapes killpg), in passes until none
+        is left (a fork in flight at the first pass is caught by the next). Returns how many
+        processes were killed."""
+        killed: set[int] = set()
+        deadline = time.monotonic() + KILL_PASSES_S
+        while True:
+            doomed = {p.pid: p for p in self._tree()}
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            for proc in doomed.values():
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            killed |= doomed.keys()
+            if not doomed or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        self.reap()
+        return len(killed | {self.proc.pid})
 
     def stderr_text(self) -> str:
         return self._err.read_text(errors="replace")
@@ -188,17 +229,23 @@ class Launched:
             leftovers,
         )
 
+    def _tree(self) -> list[psutil.Process]:
+        """What is left of the tree: descendants seen by the monitor or carrying the tag."""
+        found = {p.pid: p for p in self.monitor.alive_descendants()}
+        found.update((p.pid, p) for p in self.tagged() if p.pid not in found)
+        return list(found.values())
+
     def _leftovers(self) -> list[str]:
         """Descendants still alive LEFTOVER_GRACE_S after the exit: a JVM or worker that takes a
         moment to go is not left behind, one that stays is."""
-        _gone, alive = psutil.wait_procs(self.monitor.alive_descendants(), LEFTOVER_GRACE_S)
+        _gone, alive = psutil.wait_procs(self._tree(), LEFTOVER_GRACE_S)
         names = self.monitor.seen
-        return [f"{names.get(p.pid, ('?', 0))[0]}({p.pid})" for p in alive]
+        return [f"{names.get(p.pid, (_name(p), 0))[0]}({p.pid})" for p in alive]
 
     def reap(self) -> None:
         """SIGKILL the process, its group and every descendant it ever had; safe twice. The
         descendants matter: a JVM in a session of its own would escape killpg."""
-        strays = self.monitor.alive_descendants()
+        strays = self._tree()
         for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
             try:
                 kill()
@@ -213,7 +260,47 @@ class Launched:
         _RUNNING.discard(self)
 
 
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def adopt(pid: int, name: str) -> None:
+    """Have kill_all() SIGKILL ``pid`` (and its descendants) too: a server started by code that
+    is not ours (SeaweedFS in tests/support), normally stopped by that code; see disown()."""
+    try:
+        _ADOPTED[pid] = (name, psutil.Process(pid).create_time())
+    except psutil.Error:
+        pass
+
+
+def disown(pid: int) -> None:
+    _ADOPTED.pop(pid, None)
+
+
+def _kill_adopted() -> None:
+    for pid, (name, created) in list(_ADOPTED.items()):
+        disown(pid)
+        try:
+            root = psutil.Process(pid)
+            if root.create_time() != created:  # the pid was reused: not ours any more
+                continue
+            procs = [*root.children(recursive=True), root]
+        except psutil.Error:
+            continue
+        print(f"  killing {name}({pid}), left running")
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+
 def kill_all() -> None:
-    """Reap every contender still running: the benchmark's last line of defence."""
+    """Reap every contender still running, and adopted servers: the benchmark's last line of
+    defence."""
     for launched in list(_RUNNING):
         launched.reap()
+    _kill_adopted()
