@@ -1,4 +1,4 @@
-"""Shared fixtures: real brokers (tests/kafka_env.py) and the ``integration`` marker."""
+"""Shared fixtures: real brokers (tests/support/kafka.py), S3, Spark, the ``integration`` marker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_env import Broker, new_broker
+from tests.support.kafka import Broker, new_broker
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 
 from relay.channel import ControlServer, Report
 from relay.driver.groups import Groups
+from relay.driver.metrics import Metrics
+from relay.driver.retry import RetriableRoundError
 from relay.engine import RoundJob
+from relay.errors import RelayError
 from relay.spec import GroupResult
 
 log = logging.getLogger(__name__)
@@ -93,3 +96,19 @@ class Round:
         )
         self.job.cancel()
         self.stop_asked_at = float("inf")  # cancel once
+
+
+def raise_for(failures: list[GroupResult], metrics: Metrics) -> None:
+    """Count the tasks' errors and raise the one that decides: a fatal error stops the run
+    (RelayError), otherwise a retriable one picks the retry policy of its side."""
+    errors = [r.error for r in failures if r.error is not None]
+    for error in errors:
+        metrics.errors.labels(error.kind).inc()
+        log.warning("task failed kind=%s partition=%s: %s", error.kind, error.key, error.message)
+    fatal = [e for e in errors if not e.retriable]
+    first = (fatal or errors)[0]
+    where = f" on {first.key[0]}[{first.key[1]}]" if first.key else ""
+    if fatal:
+        raise RelayError(f"{first.kind} error{where}: {first.message}")
+    side = "source" if first.kind == "source" else "target"
+    raise RetriableRoundError(f"{first.kind} error{where}: {first.message}", side)

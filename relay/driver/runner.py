@@ -26,7 +26,7 @@ from relay.driver.membership import Membership
 from relay.driver.metrics import Metrics
 from relay.driver.pipeline import Pipeline
 from relay.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
-from relay.driver.rounds import TICK, Round
+from relay.driver.rounds import TICK, Round, raise_for
 from relay.driver.status import Status
 from relay.errors import RelayError
 from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartition
@@ -403,19 +403,7 @@ class Runner:
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
 
     def _fail(self, failures: list[GroupResult]) -> None:
-        errors = [r.error for r in failures if r.error is not None]
-        for error in errors:
-            self.metrics.errors.labels(error.kind).inc()
-            log.warning(
-                "task failed kind=%s partition=%s: %s", error.kind, error.key, error.message
-            )
-        fatal = [e for e in errors if not e.retriable]
-        first = (fatal or errors)[0]
-        where = f" on {first.key[0]}[{first.key[1]}]" if first.key else ""
-        if fatal:
-            raise RelayError(f"{first.kind} error{where}: {first.message}")
-        side = "source" if first.kind == "source" else "target"
-        raise RetriableRoundError(f"{first.kind} error{where}: {first.message}", side)
+        raise_for(failures, self.metrics)
 
     def _summarize(self) -> None:
         snap = self.status.snapshot()

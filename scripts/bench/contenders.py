@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scripts.bench.data import Cluster
 from scripts.bench.processes import Launched
-from tests.kafka_env import free_port
+from tests.support.kafka import free_port
 
 CONTENDERS = ("ktm", "naive", "confluent")
 LABELS = {"ktm": "ktm", "naive": "naive kafka-python loop", "confluent": "confluent-kafka loop"}

@@ -17,7 +17,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.kafka_env import TansuBroker, create_topic
+from tests.support.kafka import TansuBroker, create_topic
 
 PROVENANCE_HEADER = "ktm.src"  # relay.spec.PROVENANCE_HEADER: ktm adds it, the source lacks it
 FILLER = b"abcdefghijklmnopqrstuvwxyz" * 40

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 from scripts.bench.contenders import Bench, ktm_executable, settings_by_section, unique
 from scripts.bench.processes import Finished, Launched, adopt, disown, log_lines
 from scripts.bench.report import NA
-from tests.kafka_env import free_port
+from tests.support.kafka import free_port
 from tests.support.seaweed import SeaweedS3, s3_filesystem
 
 CLUSTER = "bench-source"  # [[sources]] name in every bench config, and [store].cluster

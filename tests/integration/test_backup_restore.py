@@ -22,14 +22,14 @@ from relay.driver.translate import carry_groups
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
 from relay.store.layout import temp_name
-from tests.integration.relay_env import (
+from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
+from tests.support.relay import (
     FAST_GROUP,
     FAST_RETRIES,
     committed_offsets,
     produce_null_record,
     without_provenance,
 )
-from tests.kafka_env import Record, create_topic, produce, read_all, unique_topic
 
 pytestmark = pytest.mark.timeout(180)
 

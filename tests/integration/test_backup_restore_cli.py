@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_backup_restore import assert_same, config, records
-from tests.kafka_env import (
+from tests.support.kafka import (
     NO_KILL_REASON,
     brokers_are_external,
     create_topic,

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.relay_env import write_config
 from tests.integration.test_relay_cli import topics_on
-from tests.kafka_env import create_topic, free_port, unique_topic
+from tests.support.kafka import create_topic, free_port, unique_topic
 from tests.support.ktm_process import assert_one_error_line, run_ktm
+from tests.support.relay import write_config
 
 pytestmark = pytest.mark.timeout(120)
 

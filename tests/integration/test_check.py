@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.relay_env import write_config
-from tests.kafka_env import Record, create_topic, produce, read_all, unique_topic
+from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
 from tests.support.ktm_process import Finished, assert_one_error_line
+from tests.support.relay import write_config
 
 pytestmark = pytest.mark.timeout(120)
 

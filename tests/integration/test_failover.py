@@ -23,8 +23,7 @@ import pytest
 from relay.config import load_config
 from relay.driver.jobs import Relay, RunSummary
 from relay.driver.metrics import Metrics
-from tests.integration.relay_env import assert_exact_copy, provenance
-from tests.kafka_env import (
+from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
     brokers_are_external,
@@ -33,6 +32,7 @@ from tests.kafka_env import (
     read_all,
     unique_topic,
 )
+from tests.support.relay import assert_exact_copy, provenance
 
 pytestmark = [
     pytest.mark.timeout(150),

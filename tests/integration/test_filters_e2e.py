@@ -4,7 +4,7 @@ The sample filters through `[filters.<id>]` sections, `--filter PATH`, resumptio
 tails, load-time errors (exit 2), run-time errors (stop or skip), where and how often filters are
 loaded, and filters in failover mode. Relays run in-process on the shared SparkSession, wired like
 relay/cli.py does; where the exit code or stderr matters, as the real `ktm` command. Checks use
-kafka-python only (tests/kafka_env.py, relay_env.py) and expectations computed here, never the
+kafka-python only (tests/support/kafka.py and relay.py) and expectations computed here, never the
 filter code itself.
 """
 
@@ -31,13 +31,7 @@ from relay.config import load_config
 from relay.driver.jobs import Relay, RunSummary
 from relay.driver.metrics import Metrics
 from relay.filters import FilterSpec, specs_from_config, validate_filters
-from tests.integration.relay_env import (
-    assert_exact_copy,
-    committed_offsets,
-    provenance,
-    write_config,
-)
-from tests.kafka_env import (
+from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
     brokers_are_external,
@@ -46,6 +40,12 @@ from tests.kafka_env import (
     produce,
     read_all,
     unique_topic,
+)
+from tests.support.relay import (
+    assert_exact_copy,
+    committed_offsets,
+    provenance,
+    write_config,
 )
 
 pytestmark = pytest.mark.timeout(150)

@@ -8,7 +8,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-from tests.kafka_env import (
+from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
     TansuBroker,

@@ -17,14 +17,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient
 
-from tests.integration.relay_env import (
-    assert_exact_copy,
-    committed_offsets,
-    listed_end_offsets,
-    relayed_offsets,
-    write_config,
-)
-from tests.kafka_env import Record, create_topic, free_port, produce, read_all, unique_topic
+from tests.support.kafka import Record, create_topic, free_port, produce, read_all, unique_topic
 from tests.support.ktm_process import (
     SPARK_NOISE,
     assert_one_error_line,
@@ -35,6 +28,13 @@ from tests.support.ktm_process import (
     scrape,
     spark_sessions,
     wait_for,
+)
+from tests.support.relay import (
+    assert_exact_copy,
+    committed_offsets,
+    listed_end_offsets,
+    relayed_offsets,
+    write_config,
 )
 
 pytestmark = pytest.mark.timeout(170)

@@ -16,7 +16,8 @@ from kafka import KafkaProducer
 from relay.config import load_config
 from relay.driver.jobs import Relay, RunSummary
 from relay.driver.metrics import Metrics
-from tests.integration.relay_env import (
+from tests.support.kafka import Record, TansuBroker, create_topic, produce, read_all, unique_topic
+from tests.support.relay import (
     assert_exact_copy,
     committed_offsets,
     listed_end_offsets,
@@ -25,7 +26,6 @@ from tests.integration.relay_env import (
     relayed_offsets,
     write_config,
 )
-from tests.kafka_env import Record, TansuBroker, create_topic, produce, read_all, unique_topic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -87,7 +87,7 @@ def test_relays_the_same_records_to_the_same_partitions(
     dst = create_topic(target_broker.bootstrap, unique_topic("same-dst"), partitions=4)
     records = varied_records(600, partitions=3)  # partition 3 stays empty
     produce(source_broker.bootstrap, src, records[:300])
-    # Null key and null value: legal in Kafka, refused by kafka-python's send() (see relay_env).
+    # Null key and null value: legal in Kafka, refused by kafka-python's send() (see tests/support/relay.py).
     produce_null_record(source_broker.bootstrap, src, partition=1, timestamp_ms=BASE_TIMESTAMP_MS)
     produce(source_broker.bootstrap, src, records[300:])
     config = write_config(

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.relay_env import assert_exact_copy, write_config
-from tests.kafka_env import (
+from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
     brokers_are_external,
@@ -29,6 +28,7 @@ from tests.kafka_env import (
     unique_topic,
 )
 from tests.support.ktm_process import Ktm, metric_total, wait_for
+from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [
     pytest.mark.timeout(300),

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.relay_env import assert_exact_copy, write_config
-from tests.kafka_env import (
+from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
     brokers_are_external,
@@ -24,6 +23,7 @@ from tests.kafka_env import (
     read_all,
     unique_topic,
 )
+from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.cluster]
 

@@ -14,8 +14,8 @@ from relay.store import SegmentBuffer, SegmentError, SegmentMeta, StoreError
 from relay.store.formats import FORMATS
 from relay.store.layout import group_snapshot_path
 from relay.store.store import SegmentStore, open_store
-from tests.kafka_env import free_port
 from tests.support import seaweed
+from tests.support.kafka import free_port
 from tests.support.seaweed import S3Server, s3_filesystem
 
 pytestmark = pytest.mark.timeout(60)

@@ -6,7 +6,7 @@ import pytest
 
 from relay.clients.producer import Producer
 from relay.config import ClusterConfig, TargetConfig
-from tests.kafka_env import create_topic, read_all, unique_topic
+from tests.support.kafka import create_topic, read_all, unique_topic
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""TLS end to end: relays to and from a broker reached only through TLS (tests/tls_proxy.py).
+"""TLS end to end: relays to and from a broker reached only through TLS (tests/support/tls_proxy.py).
 
 Tansu cannot serve TLS to kafka-python (shared/TANSU.md), so each TLS cluster is a Tansu
 listening in plain TCP on 127.0.0.1:Q behind a `TlsProxy` on 127.0.0.1:P, and Tansu advertises
@@ -29,8 +29,7 @@ from kafka.errors import KafkaError
 from relay.config import load_config
 from relay.driver.jobs import Relay, RunSummary
 from relay.driver.metrics import Metrics
-from tests.integration.relay_env import FAST_RETRIES, assert_exact_copy, provenance
-from tests.kafka_env import (
+from tests.support.kafka import (
     Record,
     TansuBroker,
     create_topic,
@@ -39,7 +38,8 @@ from tests.kafka_env import (
     read_all,
     unique_topic,
 )
-from tests.tls_proxy import TestCerts, TlsProxy, make_ca, server_context
+from tests.support.relay import FAST_RETRIES, assert_exact_copy, provenance
+from tests.support.tls_proxy import TestCerts, TlsProxy, make_ca, server_context
 
 pytestmark = pytest.mark.timeout(120)
 
