@@ -87,7 +87,7 @@ def test_relays_the_same_records_to_the_same_partitions(
     dst = create_topic(target_broker.bootstrap, unique_topic("same-dst"), partitions=4)
     records = varied_records(600, partitions=3)  # partition 3 stays empty
     produce(source_broker.bootstrap, src, records[:300])
-    # Null key and null value: legal in Kafka, refused by kafka-python's send() (see tests/support/relay.py).
+    # Null key and null value: legal in Kafka, refused by kafka-python's send() (support/relay).
     produce_null_record(source_broker.bootstrap, src, partition=1, timestamp_ms=BASE_TIMESTAMP_MS)
     produce(source_broker.bootstrap, src, records[300:])
     config = write_config(

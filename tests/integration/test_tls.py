@@ -1,4 +1,4 @@
-"""TLS end to end: relays to and from a broker reached only through TLS (tests/support/tls_proxy.py).
+"""TLS end to end: relays to and from a broker reached only through TLS (support/tls_proxy).
 
 Tansu cannot serve TLS to kafka-python (shared/TANSU.md), so each TLS cluster is a Tansu
 listening in plain TCP on 127.0.0.1:Q behind a `TlsProxy` on 127.0.0.1:P, and Tansu advertises
