@@ -9,9 +9,9 @@ any time. Messages are JSON lines: no secrets travel (offsets and counts only) a
 unpickled from the network.
 
 Why not let tasks commit source offsets and have the driver poll them? That gives progress only
-(no way to say "stop"), costs an OffsetCommit plus an OffsetFetch per second against the source
-cluster for every task, and its resolution is the commit interval. Measured in
-scripts/bench_channel.py.
+(no way to say "stop"), costs an OffsetCommit per task per interval plus the driver's
+OffsetFetches against the source cluster, and the driver's view lags by up to a commit interval
+plus a poll interval. Measured by `python -m scripts.bench --sections channel`.
 
 The lease is what keeps a cut-off task from writing: a task that has not heard from the driver
 for `lease` seconds (driver frozen, killed, or partitioned away) stops producing on its own.

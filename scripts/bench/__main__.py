@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from scripts.bench import (
+    measure_channel,
     measure_copy,
     measure_live,
     measure_roundtrip,
@@ -37,6 +38,7 @@ MEASURES: dict[str, Callable[[Bench, Options], Table]] = {
     "scaling": measure_copy.scaling,
     "store": measure_store.store,
     "roundtrip": measure_roundtrip.roundtrip,
+    "channel": measure_channel.channel,
 }
 BAD_CHECKS = ("WRONG", "FAILED")
 

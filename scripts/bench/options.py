@@ -20,6 +20,7 @@ SECTIONS = (
     "scaling",
     "store",
     "roundtrip",
+    "channel",
 )
 # scaling is optional: four more Spark runs on big backlogs
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "scaling")

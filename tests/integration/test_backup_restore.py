@@ -186,7 +186,9 @@ def test_jsonl_segments_and_a_time_window(source_broker, target_broker, topics, 
     assert_same(inside, read_all(target_broker.bootstrap, dst))
 
 
-def test_s3_store_round_trip(source_broker, target_broker, topics, tmp_path, spark, s3):
+def test_s3_store_backup_compaction_and_restore(
+    source_broker, target_broker, topics, tmp_path, spark, s3
+):
     src, dst = topics
     s3_keys = (f'max_segment_records = 100\ns3_endpoint = "{s3.endpoint}"\n'
                f's3_access_key = "{s3.access_key}"\ns3_secret_key = "{s3.secret_key}"')  # fmt: skip
@@ -197,8 +199,11 @@ def test_s3_store_round_trip(source_broker, target_broker, topics, tmp_path, spa
     produce(source_broker.bootstrap, src, records(450, 3))
 
     assert backup(conf).relayed == 450
+    cfg = load_config(conf, needs=frozenset({"store"}))
+    merged = compact(cfg, spark, CompactOptions(level=0, min_age=0.0, delete=True))
     summary, _ = restore(conf, create_topics=True)
 
+    assert (merged.merged, merged.inputs, merged.deleted) == (3, 6, 6)  # 2 segments each -> 1
     assert summary.relayed == 450
     assert_same(read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst))
 
