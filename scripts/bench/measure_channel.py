@@ -11,6 +11,7 @@ what it costs the brokers (requests per second). ktm uses B; A gives progress on
 
 from __future__ import annotations
 
+import random
 import statistics
 import threading
 import time
@@ -24,6 +25,7 @@ from scripts.bench import report
 from scripts.bench.contenders import Bench, unique
 from scripts.bench.options import Options
 from scripts.bench.report import Table
+from tests.support.kafka import create_topic
 
 TASKS = 2
 PARTITIONS_PER_TASK = 24
@@ -59,7 +61,8 @@ def _cells(samples: list[float]) -> tuple[str, str]:
 
 def _commits_and_polls(bootstrap: str) -> tuple[list[float], float]:
     """Option A: tasks commit a rising offset; the driver polls the group's offsets."""
-    group, topic = unique("channel-a"), unique("channel-topic")
+    group = unique("channel-a")
+    topic = create_topic(bootstrap, unique("channel-topic"), PARTITIONS_PER_TASK)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS_PER_TASK)]
     committed_at: dict[int, float] = {}
     seen: list[float] = []
@@ -74,7 +77,8 @@ def _commits_and_polls(bootstrap: str) -> tuple[list[float], float]:
                 consumer.commit({tp: OffsetAndMetadata(value, "", -1) for tp in tps})
                 committed_at[value] = time.monotonic()
                 requests[0] += 1
-                time.sleep(COMMIT_INTERVAL)
+                # Jitter: tasks and the poller are not in step on a real cluster either.
+                time.sleep(COMMIT_INTERVAL * random.uniform(0.8, 1.2))
         finally:
             consumer.close(autocommit=False)
 
