@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from relay.clients import admin
 from relay.config import Config
-from relay.driver.metrics import Metrics
-from relay.driver.pipeline import Plan
-from relay.driver.setup import Startup
+from relay.driver.pipeline import REPORT_INTERVAL, Plan
 from relay.driver.sources import FromSources
 from relay.errors import KafkaSetupError
-from relay.filters import FilterSpec
 from relay.resume import Delivered, source_offsets
 from relay.spec import BackupTask, ChannelAddress, PartitionRoute, PartitionWork, SourcePartition
 from relay.store import group_snapshot_path
@@ -32,26 +28,14 @@ from relay.store.configured import store_of
 
 log = logging.getLogger(__name__)
 
-REPORT_INTERVAL = 0.5
-
 
 class BackupPipeline(FromSources):
     kind = "backup"
 
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        filters: tuple[FilterSpec, ...],
-        failover: bool,
-    ):
-        super().__init__(cfg, metrics, failover, Startup.timeout_of(cfg))
-        self.filters = filters
+    def __init__(self, cfg: Config, **kwargs: Any):
+        super().__init__(cfg, **kwargs)
         self.store_cfg = cfg.need_store()
         self.store = store_of(self.store_cfg)
-        self.startup = Startup(cfg, self.pool, stop_event, metrics)
         self.coordinator = cfg.sources[0]
         self.group_topics: Sequence[str] = sorted({r.source for r in cfg.topics})
         self.routes: list[PartitionRoute] = []

@@ -3,40 +3,26 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from relay.clients import admin
 from relay.config import Config
-from relay.driver.metrics import Metrics
-from relay.driver.pipeline import Plan
-from relay.driver.setup import Startup
+from relay.driver.pipeline import REPORT_INTERVAL, Plan
 from relay.driver.sources import FromSources
-from relay.filters import FilterSpec
 from relay.resume import Delivered, delivered, destination_next_offsets
 from relay.spec import ChannelAddress, GroupTask, PartitionRoute, PartitionWork, SourcePartition
 
 log = logging.getLogger(__name__)
 
-REPORT_INTERVAL = 0.5  # seconds between a task's progress reports
 COMMITTED_TIMEOUT = 2.0  # seconds to ask the source for its group's committed offsets
 
 
 class RelayPipeline(FromSources):
     kind = "relay"
 
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        filters: tuple[FilterSpec, ...],
-        failover: bool,
-    ):
-        super().__init__(cfg, metrics, failover, Startup.timeout_of(cfg))
-        self.filters = filters
-        self.startup = Startup(cfg, self.pool, stop_event, metrics)
+    def __init__(self, cfg: Config, **kwargs: Any):
+        super().__init__(cfg, **kwargs)
         self.coordinator = cfg.need_target().cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 from relay.config import ClusterConfig
 from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, SourcePartition
 
+REPORT_INTERVAL = 0.5  # seconds between a task's progress reports to the driver
+
 
 @dataclass(frozen=True)
 class Plan:

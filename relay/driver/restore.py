@@ -17,7 +17,7 @@ from relay.clients import admin
 from relay.clients.settings import describe
 from relay.config import Config
 from relay.driver.metrics import Metrics
-from relay.driver.pipeline import Plan
+from relay.driver.pipeline import REPORT_INTERVAL, Plan
 from relay.driver.plan import plan_routes
 from relay.driver.setup import Startup
 from relay.errors import KafkaSetupError
@@ -27,8 +27,6 @@ from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
 
 log = logging.getLogger(__name__)
-
-REPORT_INTERVAL = 0.5
 
 
 @dataclass(frozen=True)

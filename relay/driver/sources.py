@@ -4,11 +4,14 @@ failing over to another node after checking it holds what was already copied."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from relay.config import Config
 from relay.driver.failover import SourcePool
 from relay.driver.metrics import Metrics
+from relay.driver.setup import Startup
+from relay.filters import FilterSpec
 from relay.resume import Delivered, check_continuity
 from relay.spec import SourcePartition
 
@@ -16,10 +19,20 @@ log = logging.getLogger(__name__)
 
 
 class FromSources:
-    def __init__(self, cfg: Config, metrics: Metrics, failover: bool, timeout: float):
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        filters: tuple[FilterSpec, ...],
+        failover: bool,
+    ):
         self.cfg = cfg
+        self.filters = filters
         self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
-        self.timeout = timeout
+        self.timeout = Startup.timeout_of(cfg)
+        self.startup = Startup(cfg, self.pool, stop_event, metrics)
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         """The last record already copied of each partition (where a new node must agree)."""

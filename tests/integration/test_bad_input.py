@@ -12,7 +12,7 @@ import pytest
 from tests.integration.test_relay_cli import topics_on
 from tests.support.kafka import create_topic, free_port, unique_topic
 from tests.support.ktm_process import assert_one_error_line, run_ktm
-from tests.support.relay import write_config
+from tests.support.relay import topic_pair, write_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,8 +31,7 @@ def test_destination_with_fewer_partitions_is_refused(source_broker, target_brok
 
 
 def test_fixed_partition_out_of_range_is_refused(source_broker, target_broker, tmp_path):
-    src = create_topic(source_broker.bootstrap, unique_topic("fix-src"), partitions=2)
-    dst = create_topic(target_broker.bootstrap, unique_topic("fix-dst"), partitions=2)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "fix", 2)
     config = write_config(
         tmp_path / "c.toml",
         source=source_broker.bootstrap,
@@ -82,8 +81,7 @@ def test_a_port_that_is_not_kafka_fails_naming_the_address(source_broker, not_ka
 
 
 def test_metrics_addr_in_use_exits_2(source_broker, target_broker, tmp_path):
-    src = create_topic(source_broker.bootstrap, unique_topic("m-src"), partitions=1)
-    dst = create_topic(target_broker.bootstrap, unique_topic("m-dst"), partitions=1)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "m", 1)
     busy = socket.socket()
     busy.bind(("127.0.0.1", free_port()))
     busy.listen(1)

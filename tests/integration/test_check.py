@@ -6,7 +6,7 @@ import pytest
 
 from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
 from tests.support.ktm_process import Finished, assert_one_error_line
-from tests.support.relay import write_config
+from tests.support.relay import topic_pair, write_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,8 +35,7 @@ def check(tmp_path, config) -> Finished:
 
 
 def test_check_prints_the_plan_and_relays_nothing(source_broker, target_broker, tmp_path):
-    src = create_topic(source_broker.bootstrap, unique_topic("chk-src"), partitions=2)
-    dst = create_topic(target_broker.bootstrap, unique_topic("chk-dst"), partitions=2)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "chk", 2)
     produce(source_broker.bootstrap, src, [Record(value=b"x", partition=i % 2) for i in range(30)])
     config = write_config(
         tmp_path / "c.toml",

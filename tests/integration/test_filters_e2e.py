@@ -45,6 +45,7 @@ from tests.support.relay import (
     assert_exact_copy,
     committed_offsets,
     provenance,
+    topic_pair,
     write_config,
 )
 
@@ -399,8 +400,7 @@ def test_filter_given_only_on_the_command_line(source_broker, target_broker, tmp
     """key_prefix.py requires `prefixes`, so `--filter ./filters/key_prefix.py` (empty config)
     is refused (test_sample_given_with_an_empty_config_exits_2_naming_the_flag); a tiny filter
     that needs no config works."""
-    src = create_topic(source_broker.bootstrap, unique_topic("flag-src"), partitions=2)
-    dst = create_topic(target_broker.bootstrap, unique_topic("flag-dst"), partitions=2)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "flag", 2)
     values = [b"drop %d" % i if i % 4 == 1 else b"keep %d" % i for i in range(200)]
     produce(
         source_broker.bootstrap,
@@ -447,8 +447,7 @@ def tail_records(start: int, count: int, tail: int, partitions: int) -> list[Rec
 
 
 def test_dropped_last_records_are_not_read_again(source_broker, target_broker, spark, tmp_path):
-    src = create_topic(source_broker.bootstrap, unique_topic("tail-src"), partitions=2)
-    dst = create_topic(target_broker.bootstrap, unique_topic("tail-dst"), partitions=2)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "tail", 2)
     produce(source_broker.bootstrap, src, tail_records(0, 40, tail=5, partitions=2))
     group = unique_topic("group")
     conf = relay_config(
@@ -586,8 +585,7 @@ def not_the_failing_record(record: Any) -> bool:
 
 
 def failing_setup(source_broker, target_broker, tmp_path, on_error: str | None):
-    src = create_topic(source_broker.bootstrap, unique_topic("boom-src"), partitions=2)
-    dst = create_topic(target_broker.bootstrap, unique_topic("boom-dst"), partitions=2)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "boom", 2)
     produce(
         source_broker.bootstrap,
         src,
@@ -657,8 +655,7 @@ def test_filter_error_with_on_error_skip_drops_and_counts_the_record(
 def test_filter_is_loaded_once_per_worker_process_never_per_round(
     source_broker, target_broker, spark, tmp_path
 ):
-    src = create_topic(source_broker.bootstrap, unique_topic("pid-src"), partitions=2)
-    dst = create_topic(target_broker.bootstrap, unique_topic("pid-dst"), partitions=2)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "pid", 2)
     pid_file = tmp_path / "pids.log"
     filter_file = tmp_path / "pid_log.py"
     shutil.copy(FILES / "pid_log.py", filter_file)

@@ -34,6 +34,7 @@ from tests.support.relay import (
     committed_offsets,
     listed_end_offsets,
     relayed_offsets,
+    topic_pair,
     write_config,
 )
 
@@ -152,8 +153,7 @@ def test_unreachable_bootstrap_fails_within_30s_naming_the_address(
     source_broker, target_broker, tmp_path
 ):
     """Source and target each on a closed port; both runs at once, to keep the test short."""
-    src = create_topic(source_broker.bootstrap, unique_topic("closed-src"), partitions=1)
-    dst = create_topic(target_broker.bootstrap, unique_topic("closed-dst"), partitions=1)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "closed", 1)
     closed = f"127.0.0.1:{free_port()}"
     configs = {
         "source": write_config(
@@ -232,12 +232,8 @@ class BackgroundProducer:
 def test_signal_stops_cleanly_and_metrics_count_what_was_relayed(
     source_broker, target_broker, tmp_path, stop_signal
 ):
-    src = create_topic(source_broker.bootstrap, unique_topic("sig-src"), partitions=4)
-    dst = create_topic(target_broker.bootstrap, unique_topic("sig-dst"), partitions=4)
-    produce(
-        source_broker.bootstrap,
-        src,
-        [Record(value=b"r%d" % i, partition=i % 4) for i in range(2000)],
+    src, dst = topic_pair(
+        source_broker.bootstrap, target_broker.bootstrap, "sig", 4, records=2000, value=b"r"
     )
     port = free_port()
     group = unique_topic("sig-group")
@@ -293,8 +289,7 @@ def test_signal_stops_cleanly_and_metrics_count_what_was_relayed(
 
 def test_metrics_follow_the_destination_within_two_seconds(source_broker, target_broker, tmp_path):
     """Tasks report while they run: /metrics does not wait for a round (or a job) to end."""
-    src = create_topic(source_broker.bootstrap, unique_topic("live-src"), partitions=4)
-    dst = create_topic(target_broker.bootstrap, unique_topic("live-dst"), partitions=4)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "live", 4)
     port = free_port()
     config = write_config(
         tmp_path / "config.toml",
@@ -325,12 +320,8 @@ def destination_count(bootstrap: str, topic: str) -> int:
 def test_debug_names_the_spark_log_which_holds_what_the_terminal_does_not(
     source_broker, target_broker, tmp_path
 ):
-    src = create_topic(source_broker.bootstrap, unique_topic("debug-src"), partitions=2)
-    dst = create_topic(target_broker.bootstrap, unique_topic("debug-dst"), partitions=2)
-    produce(
-        source_broker.bootstrap,
-        src,
-        [Record(value=b"d%d" % i, partition=i % 2) for i in range(100)],
+    src, dst = topic_pair(
+        source_broker.bootstrap, target_broker.bootstrap, "debug", 2, records=100, value=b"d"
     )
     config = write_config(
         tmp_path / "config.toml",

@@ -24,6 +24,7 @@ from tests.support.relay import (
     produce_null_record,
     provenance,
     relayed_offsets,
+    topic_pair,
     write_config,
 )
 
@@ -83,8 +84,7 @@ def varied_records(count: int, partitions: int) -> list[Record]:
 def test_relays_the_same_records_to_the_same_partitions(
     source_broker, target_broker, spark, tmp_path
 ):
-    src = create_topic(source_broker.bootstrap, unique_topic("same-src"), partitions=4)
-    dst = create_topic(target_broker.bootstrap, unique_topic("same-dst"), partitions=4)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "same", 4)
     records = varied_records(600, partitions=3)  # partition 3 stays empty
     produce(source_broker.bootstrap, src, records[:300])
     # Null key and null value: legal in Kafka, refused by kafka-python's send() (support/relay).
@@ -152,8 +152,7 @@ def test_fixed_partition_fan_in_keeps_each_source_partition_in_order(
 
 
 def test_topic_to_topic_within_one_cluster(source_broker, spark, tmp_path):
-    src = create_topic(source_broker.bootstrap, unique_topic("local-src"), partitions=4)
-    dst = create_topic(source_broker.bootstrap, unique_topic("local-dst"), partitions=4)
+    src, dst = topic_pair(source_broker.bootstrap, source_broker.bootstrap, "local", 4)
     produce(source_broker.bootstrap, src, varied_records(400, partitions=4))
     config = write_config(
         tmp_path / "config.toml",
@@ -174,8 +173,7 @@ def test_topic_to_topic_within_one_cluster(source_broker, spark, tmp_path):
 def test_group_offsets_equal_the_end_offsets_after_a_run(
     source_broker, target_broker, spark, tmp_path
 ):
-    src = create_topic(source_broker.bootstrap, unique_topic("group-src"), partitions=4)
-    dst = create_topic(target_broker.bootstrap, unique_topic("group-dst"), partitions=4)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "group", 4)
     records = [Record(value=b"r%d" % i, partition=i % 4) for i in range(1000)]
     produce(source_broker.bootstrap, src, records[:600])
     produce(source_broker.bootstrap, src, records[600:])  # two batches: the real end is not listed
@@ -202,12 +200,8 @@ def test_group_offsets_equal_the_end_offsets_after_a_run(
 def test_stops_at_the_end_seen_at_start_and_a_second_run_relays_only_the_rest(
     source_broker, target_broker, spark, tmp_path
 ):
-    src = create_topic(source_broker.bootstrap, unique_topic("stop-src"), partitions=4)
-    dst = create_topic(target_broker.bootstrap, unique_topic("stop-dst"), partitions=4)
-    produce(
-        source_broker.bootstrap,
-        src,
-        [Record(value=b"a%d" % i, partition=i % 4) for i in range(400)],
+    src, dst = topic_pair(
+        source_broker.bootstrap, target_broker.bootstrap, "stop", 4, records=400, value=b"a"
     )
     config = write_config(
         tmp_path / "config.toml",
@@ -265,8 +259,7 @@ def test_does_not_stop_short_when_the_listed_end_offset_is_low(
 ):
     """Tansu's ListOffsets answers the last batch's base offset + 1: the relay must use the real
     end (a fetch's high watermark), or --stop-at-end silently leaves records behind."""
-    src = create_topic(source_broker.bootstrap, unique_topic("batches-src"), partitions=4)
-    dst = create_topic(target_broker.bootstrap, unique_topic("batches-dst"), partitions=4)
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "batches", 4)
     produce_in_batches(source_broker.bootstrap, src, batches=25, size=20, partitions=4)
     if isinstance(source_broker, TansuBroker):  # the gap this test is about is really there
         assert listed_end_offsets(source_broker.bootstrap, src, 4) == {p: 481 for p in range(4)}

@@ -36,7 +36,7 @@ pytestmark = [
 ]
 
 PARTITIONS = 6
-SESSION = "2s"  # the group's session timeout in these tests (production default: 10s)
+SESSION = "2s"  # the group's session timeout in these tests (production default: 6s)
 
 
 class Feeder:

@@ -1,7 +1,7 @@
 """Helpers shared by the relay's integration tests: config files, provenance, group offsets.
 
-Like tests/kafka_env.py they use kafka-python directly and never the code under test, so a bug in
-the relay cannot hide itself in the checks.
+Like tests/support/kafka.py they use kafka-python directly and never the code under test, so a
+bug in the relay cannot hide itself in the checks.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.serializer import Serializer
 
+from tests.support.kafka import Record, create_topic, produce, unique_topic
+
 PROVENANCE = "ktm.src"  # the header every relayed record carries: "<source>/<topic>/<p>/<offset>"
 FAST_RETRIES = 'max_retries = 1\nbackoff_min = "100ms"\nbackoff_max = "200ms"'
 # A short group session: joining waits half of it on Tansu, and a dead process's partitions move
-# after it (production default: 10s).
+# after it (production default: 6s).
 FAST_GROUP = 'session_timeout = "2s"'
 
 
@@ -133,3 +135,16 @@ def produce_null_record(bootstrap: str, topic: str, partition: int, timestamp_ms
         future.get(timeout=30)
     finally:
         producer.close(timeout=30)
+
+
+def topic_pair(
+    source: str, target: str, prefix: str, partitions: int, *, records: int = 0, value: bytes = b"r"
+) -> tuple[str, str]:
+    """A fresh source and destination topic, the source holding ``records`` records spread
+    round-robin over its partitions (values ``value`` + their index)."""
+    src = create_topic(source, unique_topic(f"{prefix}-src"), partitions=partitions)
+    dst = create_topic(target, unique_topic(f"{prefix}-dst"), partitions=partitions)
+    if records:
+        batch = [Record(value=value + b"%d" % i, partition=i % partitions) for i in range(records)]
+        produce(source, src, batch)
+    return src, dst

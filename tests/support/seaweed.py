@@ -13,7 +13,7 @@ while writing this:
 - Telemetry is on by default (-master.telemetry): turned off, the tests stay offline.
 
 With ``KTM_TEST_S3=http://host:port`` (and KTM_TEST_S3_ACCESS_KEY / KTM_TEST_S3_SECRET_KEY)
-the tests use that server instead, like KTM_TEST_KAFKA in tests/kafka_env.py; each run then
+the tests use that server instead, like KTM_TEST_KAFKA in tests/support/kafka.py; each run then
 works in a fresh bucket of its own.
 """
 
