@@ -128,7 +128,7 @@ def log_summary(summary: RunSummary, kind: str) -> None:
     first = "-" if summary.first_record is None else f"{summary.first_record:.1f}s"
     log.info(
         "%s: %d records %s, %d filtered, in %.1fs (spark start %.1fs, first record after "
-        "%s, %d rounds, %d slots)",
+        "%s, rounds %d, slots %d)",
         "stopped by signal" if summary.stopped_by_signal else "done",
         summary.relayed,
         verb,
