@@ -9,8 +9,11 @@ deletes such leftovers after checking them against the segment that contains the
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from array import array
+from collections.abc import Iterator
 
 from relay.spec import CompactResult, CompactTask
 from relay.store import ChainLink, SegmentBuffer, SegmentMeta, SegmentStore, merged_meta, plan_chain
@@ -18,6 +21,8 @@ from relay.store.chain import compaction_plan
 from relay.store.configured import cached_store
 
 log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 32 * 1024 * 1024  # records held in memory at once while merging
 
 
 class CompactionError(Exception):
@@ -71,21 +76,35 @@ def _compact_one(
 def _merge(
     store: SegmentStore, task: CompactTask, run: list[ChainLink], metas: list[SegmentMeta]
 ) -> int:
-    buffer = SegmentBuffer()
-    for link in run:
-        assert link.ref is not None
-        buffer.extend(store.read_records(link.ref))
+    """Stream the run's records into one segment (a chunk at a time: a merged segment may be
+    far bigger than memory), then read it back and check it holds exactly their offsets."""
+    offsets = array("q")  # 8 bytes a record, the one thing kept whole
     meta = merged_meta(metas)
-    ref = store.write_segment(task.store.format, buffer, meta, task.store.compression)
+    chunks = _chunks(store, run, offsets)
+    ref = store.write_segment_chunks(task.store.format, chunks, meta, task.store.compression)
     written = store.read_meta(ref)
     fields = ("start", "first", "last", "next_offset", "count", "level")
     if any(getattr(written, f) != getattr(meta, f) for f in fields):
         raise CompactionError(f"{ref.path}: metadata {written} differs from {meta}")
-    offsets = [r.offset for r in store.read_records(ref)]
-    if offsets != list(buffer.columns().offsets):
+    read_back = (r.offset for r in store.read_records(ref))
+    if any(a != b for a, b in itertools.zip_longest(read_back, offsets)):
         raise CompactionError(f"{ref.path}: its records are not those of its {len(run)} inputs")
     log.info("compacted %d segments into %s (%d records)", len(run), ref.path, meta.count)
     return meta.count
+
+
+def _chunks(store: SegmentStore, run: list[ChainLink], offsets: array) -> Iterator[SegmentBuffer]:
+    """The run's records in buffers of about CHUNK_BYTES, noting every offset."""
+    buffer = SegmentBuffer()
+    for link in run:
+        assert link.ref is not None
+        for record in store.read_records(link.ref):
+            buffer.extend((record,))
+            offsets.append(record.offset)
+            if buffer.size_bytes >= CHUNK_BYTES:
+                yield buffer
+                buffer = SegmentBuffer()
+    yield buffer
 
 
 def _delete_superseded(store: SegmentStore, links: list[ChainLink]) -> int:

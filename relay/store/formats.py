@@ -7,6 +7,7 @@ which format reads a segment without opening it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from relay.errors import ConfigError
@@ -22,7 +23,8 @@ DEFAULT_COMPRESSION = "zstd"
 class SegmentFormat(Protocol):
     """How a segment is laid out in one file.
 
-    ``write`` takes a writable binary file (or a path); ``read_meta`` and ``read`` take a
+    ``write`` takes a writable binary file (or a path); ``write_chunks`` the same, and the
+    records as a sequence of buffers consumed one at a time; ``read_meta`` and ``read`` take a
     readable random-access file and ``where``, the location named in errors. ``read`` returns
     the metadata at once and the records lazily, checked against it. Reading a corrupt or
     truncated file, or records that disagree with the metadata, raises SegmentError; errors of
@@ -35,6 +37,10 @@ class SegmentFormat(Protocol):
 
     def write(
         self, sink: Any, buffer: SegmentBuffer, meta: SegmentMeta, compression: str
+    ) -> None: ...
+
+    def write_chunks(
+        self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
     ) -> None: ...
 
     def read_meta(self, source: Any, where: str) -> SegmentMeta: ...

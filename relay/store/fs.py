@@ -13,6 +13,12 @@ pyarrow's OSErrors into one human cause (see describe_error). The one that diffe
   the upload as a last guard. An interrupted multipart upload stays invisible but billed: give
   the bucket an AbortIncompleteMultipartUpload lifecycle rule.
 
+put_stream() writes a file too big to encode in memory (a compaction's merged segment): on a
+directory exactly like put(); on S3 to a temporary key in the same folder, then moved to the
+final key (a server-side copy, which appears whole or not at all) and the temporary key deleted.
+A writer failing halfway publishes its partial temporary object, which is deleted at once; a
+crash can leave one behind, and clean_leftovers() finds it by its name like a local one.
+
 SeaweedFS and AWS answer HeadBucket/HeadObject with a body-less 403 for wrong credentials,
 whether or not the bucket exists, so a missing bucket can only be told apart with good ones.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +93,11 @@ class Backend:
     def put(self, key: str, data: bytes | memoryview) -> None:
         raise NotImplementedError
 
+    def put_stream(self, key: str, write: Callable[[Any], None]) -> None:
+        """Call ``write`` with a writable binary file; ``key`` appears, whole, only if it
+        returns (see the module docstring)."""
+        raise NotImplementedError
+
     def get(self, key: str) -> bytes:
         with self.fs.open_input_stream(self.full_path(key)) as stream:
             return bytes(stream.read())
@@ -120,12 +132,15 @@ class LocalBackend(Backend):
         super().__init__(directory, pafs.LocalFileSystem(), directory)
 
     def put(self, key: str, data: bytes | memoryview) -> None:
+        self.put_stream(key, lambda file: file.write(data))
+
+    def put_stream(self, key: str, write: Callable[[Any], None]) -> None:
         final = Path(self.full_path(key))
         final.parent.mkdir(parents=True, exist_ok=True)
         temp = final.with_name(temp_name(final.name))
         try:
             with temp.open("wb") as file:
-                file.write(data)
+                write(file)
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(temp, final)
@@ -162,6 +177,28 @@ class S3Backend(Backend):
         if size != len(data):
             self.fs.delete_file(path)
             raise OSError(f"uploaded {len(data)} bytes but the object holds {size}")
+
+    def put_stream(self, key: str, write: Callable[[Any], None]) -> None:
+        final = self.full_path(key)
+        folder, name = final.rsplit("/", 1)
+        temp = f"{folder}/{temp_name(name)}"
+        try:
+            with self.fs.open_output_stream(temp) as stream:
+                write(stream)
+                written = stream.tell()
+            size = self.fs.get_file_info(temp).size
+            if size != written:
+                raise OSError(f"uploaded {written} bytes but the object holds {size}")
+            self.fs.move(temp, final)
+        except BaseException:
+            self._delete_quietly(temp)
+            raise
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except OSError:
+            pass  # gone already, or the store is unreachable: clean_leftovers() gets it later
 
     def check_root(self) -> Cause | None:
         if self.fs.get_file_info(self.bucket).type == pafs.FileType.NotFound:

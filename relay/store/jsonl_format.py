@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 from base64 import b64decode, b64encode
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -84,14 +84,20 @@ class JsonLinesFormat:
     compressions: tuple[str, ...] = ("none",)
 
     def write(self, sink: Any, buffer: SegmentBuffer, meta: SegmentMeta, compression: str) -> None:
+        self.write_chunks(sink, [buffer], meta, compression)
+
+    def write_chunks(
+        self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
+    ) -> None:
         if compression != "none":
             raise ValueError(f"the jsonl format takes no compression, got {compression!r}")
         lines = [json.dumps(meta.to_dict(), ensure_ascii=False)]
-        for record in buffer.records():
-            lines.append(record_line(record))
-            if len(lines) >= LINES_PER_WRITE:
-                sink.write(("\n".join(lines) + "\n").encode("utf-8"))
-                lines.clear()
+        for chunk in chunks:
+            for record in chunk.records():
+                lines.append(record_line(record))
+                if len(lines) >= LINES_PER_WRITE:
+                    sink.write(("\n".join(lines) + "\n").encode("utf-8"))
+                    lines.clear()
         if lines:
             sink.write(("\n".join(lines) + "\n").encode("utf-8"))
 

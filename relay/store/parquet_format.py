@@ -17,7 +17,7 @@ Facts about pyarrow that shaped this module:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -105,17 +105,26 @@ class ParquetFormat:
 
     def write(self, sink: Any, buffer: SegmentBuffer, meta: SegmentMeta, compression: str) -> None:
         """Write the segment to ``sink`` (a path or a writable binary file)."""
-        table = to_table(buffer, meta)
-        rows_per_group = max(1024, ROW_GROUP_BYTES * buffer.count // max(1, buffer.size_bytes))
-        pq.write_table(
-            table,
+        self.write_chunks(sink, [buffer], meta, compression)
+
+    def write_chunks(
+        self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
+    ) -> None:
+        """Write the records of ``chunks``, in order, as one segment: a chunk at a time, so a
+        big segment never sits in memory whole."""
+        metadata = {f"{META_PREFIX}{k}": str(v) for k, v in meta.to_dict().items()}
+        with pq.ParquetWriter(
             sink,
-            row_group_size=rows_per_group,
+            SCHEMA.with_metadata(metadata),
             compression=compression,
             use_dictionary=["headers.list.element.key"],
             write_statistics=["offset", "timestamp"],
             write_page_checksum=True,
-        )
+        ) as writer:
+            for chunk in chunks:
+                if chunk.count:
+                    rows = max(1024, ROW_GROUP_BYTES * chunk.count // max(1, chunk.size_bytes))
+                    writer.write_table(to_table(chunk, meta), row_group_size=rows)
 
     def read_meta(self, source: Any, where: str) -> SegmentMeta:
         """The metadata only: reads the footer (a few ranged reads on S3), no record data."""

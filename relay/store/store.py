@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -135,6 +135,33 @@ class SegmentStore:
         assert ref is not None, key
         return _with_file_info(ref, size=data.size)
 
+    def write_segment_chunks(
+        self,
+        segment_format: str | SegmentFormat,
+        chunks: Iterable[SegmentBuffer],
+        meta: SegmentMeta,
+        compression: str | None = None,
+    ) -> SegmentRef:
+        """Like write_segment, for a segment too big for memory: ``chunks`` are encoded and
+        uploaded one at a time. The segment appears only if its records match ``meta``."""
+        fmt = get_format(segment_format) if isinstance(segment_format, str) else segment_format
+        compression = compression or fmt.compressions[0]
+        check_compression(fmt, compression)
+        key = segment_path(
+            meta.cluster, meta.topic, meta.partition, meta.level, meta.first, meta.last, fmt.name
+        )
+        seen = _Tally()
+
+        def write(sink: Any) -> None:
+            fmt.write_chunks(sink, seen.counting(chunks), meta, compression)
+            seen.check(meta)  # raising here leaves nothing under the final key
+
+        with self._errors("write segment", key):
+            self._backend.put_stream(key, write)
+        ref = parse_segment_path(key)
+        assert ref is not None, key
+        return ref
+
     def list_segments(
         self, cluster: str, topic: str, partition: int, level: int | None = None
     ) -> list[SegmentRef]:
@@ -202,7 +229,7 @@ class SegmentStore:
         """Delete temporary files a crashed write left in the partition; returns how many.
 
         Call it only while no other process writes this partition (its temporary files would
-        go too). On S3 there are none: objects are written under their final key.
+        go too). On S3 only put_stream() writes temporary keys (see fs.py).
         """
         folder = partition_dir(cluster, topic, partition)
         with self._errors("list", folder):
@@ -274,12 +301,35 @@ def _with_file_info(ref: SegmentRef, *, size: int | None, mtime: Any = None) -> 
     return dataclasses.replace(ref, size=size, modified=modified)
 
 
+class _Tally:
+    """Count, first and last offset of the chunks passing through ``counting``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: int | None = None
+        self.last: int | None = None
+
+    def counting(self, chunks: Iterable[SegmentBuffer]) -> Iterator[SegmentBuffer]:
+        for chunk in chunks:
+            if chunk.count:
+                self.count += chunk.count
+                self.first = chunk.first if self.first is None else self.first
+                self.last = chunk.last
+            yield chunk
+
+    def check(self, meta: SegmentMeta) -> None:
+        _check_counts((self.count, self.first, self.last), meta, "the records written")
+
+
 def _check_matches_buffer(buffer: SegmentBuffer, meta: SegmentMeta) -> None:
-    actual = (buffer.count, buffer.first, buffer.last)
+    _check_counts((buffer.count, buffer.first, buffer.last), meta, "the buffer")
+
+
+def _check_counts(actual: tuple[int, int | None, int | None], meta: SegmentMeta, what: str) -> None:
     if actual != (meta.count, meta.first, meta.last):
         raise ValueError(
             f"metadata (count, first, last) = {(meta.count, meta.first, meta.last)} does not "
-            f"describe the buffer {actual}"
+            f"describe {what} {actual}"
         )
 
 

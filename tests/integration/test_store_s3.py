@@ -111,6 +111,33 @@ def test_a_failed_write_publishes_nothing(s3: S3Server, store: SegmentStore) -> 
     assert objects_under(s3, store) == []
 
 
+def test_a_streamed_segment_is_moved_to_its_key_whole(s3: S3Server, store: SegmentStore) -> None:
+    """put_stream: a temporary key, then a server-side move; several upload parts."""
+    chunks = [buffer_of(i * 4, i * 4 + 3, value=os.urandom(1024 * 1024)) for i in range(3)]
+    meta = buffer_of(0, 11).meta("prod", "big", 0, level=1)
+    ref = store.write_segment_chunks("parquet", iter(chunks), meta, "none")
+    assert objects_under(s3, store) == [f"{store.describe().removeprefix('s3://')}/{ref.path}"]
+    expected = [r.value for chunk in chunks for r in chunk.records()]
+    assert [r.value for r in store.read_records(ref)] == expected
+    assert store.read_meta(ref) == meta
+
+
+def test_a_streamed_segment_failing_halfway_publishes_nothing(
+    s3: S3Server, store: SegmentStore
+) -> None:
+    meta = buffer_of(0, 19).meta("prod", "orders", 0, level=1)
+
+    def failing() -> Any:
+        yield buffer_of(0, 9)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        store.write_segment_chunks("parquet", failing(), meta)
+    with pytest.raises(ValueError, match="does not describe the records written"):
+        store.write_segment_chunks("parquet", [buffer_of(0, 9)], meta)
+    assert objects_under(s3, store) == []
+
+
 def test_a_corrupt_object_names_its_s3_url(s3: S3Server, store: SegmentStore) -> None:
     buffer = buffer_of(0, 9)
     ref = store.write_segment("parquet", buffer, buffer.meta("prod", "orders", 0))

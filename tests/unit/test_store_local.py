@@ -230,6 +230,33 @@ def test_a_crash_before_the_rename_leaves_only_a_leftover(store: SegmentStore) -
     assert [r.first for r in store.list_segments("prod", "orders", 0)] == [5]
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_segment_streamed_in_chunks_reads_back_whole(store: SegmentStore, fmt: str) -> None:
+    chunks = [buffer_of(0, 9), SegmentBuffer(), buffer_of(10, 19), buffer_of(20, 29)]
+    whole = buffer_of(0, 29)
+    meta = whole.meta("prod", "orders", 0, level=1)
+    ref = store.write_segment_chunks(fmt, iter(chunks), meta)
+    assert store.read_meta(ref) == meta
+    assert list(store.read_records(ref)) == list(whole.records())
+    assert visible_files(Path(store.describe())) == [ref.path]
+
+
+def test_a_streamed_segment_appears_only_when_whole_and_as_described(
+    store: SegmentStore,
+) -> None:
+    meta = buffer_of(0, 29).meta("prod", "orders", 0, level=1)
+
+    def failing() -> Any:
+        yield buffer_of(0, 9)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        store.write_segment_chunks("parquet", failing(), meta)
+    with pytest.raises(ValueError, match="does not describe the records written"):
+        store.write_segment_chunks("parquet", [buffer_of(0, 9), buffer_of(10, 19)], meta)
+    assert visible_files(Path(store.describe())) == []
+
+
 def test_rewriting_a_segment_replaces_it_whole(store: SegmentStore) -> None:
     first = write(store, 0, 9)
     second = write(store, 0, 9)
