@@ -31,8 +31,8 @@ class FromSources:
         self.cfg = cfg
         self.filters = filters
         self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
-        self.timeout = Startup.timeout_of(cfg)
         self.startup = Startup(cfg, self.pool, stop_event, metrics)
+        self.timeout = self.startup.timeout
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         """The last record already copied of each partition (where a new node must agree)."""

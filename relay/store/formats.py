@@ -23,8 +23,8 @@ DEFAULT_COMPRESSION = "zstd"
 class SegmentFormat(Protocol):
     """How a segment is laid out in one file.
 
-    ``write`` takes a writable binary file (or a path); ``write_chunks`` the same, and the
-    records as a sequence of buffers consumed one at a time; ``read_meta`` and ``read`` take a
+    ``write`` takes a writable binary file (or a path) and the records as buffers, consumed
+    one at a time (a small segment is one buffer); ``read_meta`` and ``read`` take a
     readable random-access file and ``where``, the location named in errors. ``read`` returns
     the metadata at once and the records lazily, checked against it. Reading a corrupt or
     truncated file, or records that disagree with the metadata, raises SegmentError; errors of
@@ -36,10 +36,6 @@ class SegmentFormat(Protocol):
     compressions: tuple[str, ...]  # the first one is the default
 
     def write(
-        self, sink: Any, buffer: SegmentBuffer, meta: SegmentMeta, compression: str
-    ) -> None: ...
-
-    def write_chunks(
         self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
     ) -> None: ...
 

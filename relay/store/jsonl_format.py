@@ -83,10 +83,7 @@ class JsonLinesFormat:
     extension = "jsonl"
     compressions: tuple[str, ...] = ("none",)
 
-    def write(self, sink: Any, buffer: SegmentBuffer, meta: SegmentMeta, compression: str) -> None:
-        self.write_chunks(sink, [buffer], meta, compression)
-
-    def write_chunks(
+    def write(
         self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
     ) -> None:
         if compression != "none":

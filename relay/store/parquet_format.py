@@ -103,15 +103,11 @@ class ParquetFormat:
     extension = "parquet"
     compressions: tuple[str, ...] = COMPRESSIONS
 
-    def write(self, sink: Any, buffer: SegmentBuffer, meta: SegmentMeta, compression: str) -> None:
-        """Write the segment to ``sink`` (a path or a writable binary file)."""
-        self.write_chunks(sink, [buffer], meta, compression)
-
-    def write_chunks(
+    def write(
         self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
     ) -> None:
-        """Write the records of ``chunks``, in order, as one segment: a chunk at a time, so a
-        big segment never sits in memory whole."""
+        """Write the records of ``chunks``, in order, as one segment to ``sink`` (a path or a
+        writable binary file): a chunk at a time, so a big segment never sits in memory whole."""
         metadata = {f"{META_PREFIX}{k}": str(v) for k, v in meta.to_dict().items()}
         with pq.ParquetWriter(
             sink,

@@ -118,21 +118,14 @@ class SegmentStore:
 
         ``compression`` defaults to the format's first (zstd for Parquet, none for JSON lines).
         """
-        fmt = get_format(segment_format) if isinstance(segment_format, str) else segment_format
-        compression = compression or fmt.compressions[0]
-        check_compression(fmt, compression)
+        fmt, compression, ref = _segment_target(segment_format, meta, compression)
         _check_matches_buffer(buffer, meta)
-        key = segment_path(
-            meta.cluster, meta.topic, meta.partition, meta.level, meta.first, meta.last, fmt.name
-        )
         # Encoded in memory first: nothing reaches the store unless the encoding succeeded.
         sink = pa.BufferOutputStream()
-        fmt.write(sink, buffer, meta, compression)
+        fmt.write(sink, [buffer], meta, compression)
         data = sink.getvalue()
-        with self._errors("write segment", key):
-            self._backend.put(key, memoryview(data))
-        ref = parse_segment_path(key)
-        assert ref is not None, key
+        with self._errors("write segment", ref.path):
+            self._backend.put(ref.path, memoryview(data))
         return _with_file_info(ref, size=data.size)
 
     def write_segment_chunks(
@@ -144,22 +137,15 @@ class SegmentStore:
     ) -> SegmentRef:
         """Like write_segment, for a segment too big for memory: ``chunks`` are encoded and
         uploaded one at a time. The segment appears only if its records match ``meta``."""
-        fmt = get_format(segment_format) if isinstance(segment_format, str) else segment_format
-        compression = compression or fmt.compressions[0]
-        check_compression(fmt, compression)
-        key = segment_path(
-            meta.cluster, meta.topic, meta.partition, meta.level, meta.first, meta.last, fmt.name
-        )
+        fmt, compression, ref = _segment_target(segment_format, meta, compression)
         seen = _Tally()
 
         def write(sink: Any) -> None:
-            fmt.write_chunks(sink, seen.counting(chunks), meta, compression)
+            fmt.write(sink, seen.counting(chunks), meta, compression)
             seen.check(meta)  # raising here leaves nothing under the final key
 
-        with self._errors("write segment", key):
-            self._backend.put_stream(key, write)
-        ref = parse_segment_path(key)
-        assert ref is not None, key
+        with self._errors("write segment", ref.path):
+            self._backend.put_stream(ref.path, write)
         return ref
 
     def list_segments(
@@ -299,6 +285,22 @@ def _is_topic(name: str) -> bool:
 def _with_file_info(ref: SegmentRef, *, size: int | None, mtime: Any = None) -> SegmentRef:
     modified = mtime.timestamp() if mtime is not None else None
     return dataclasses.replace(ref, size=size, modified=modified)
+
+
+def _segment_target(
+    segment_format: str | SegmentFormat, meta: SegmentMeta, compression: str | None
+) -> tuple[SegmentFormat, str, SegmentRef]:
+    """The format, the compression (default: the format's first) and the ref a segment
+    described by ``meta`` is written as."""
+    fmt = get_format(segment_format) if isinstance(segment_format, str) else segment_format
+    compression = compression or fmt.compressions[0]
+    check_compression(fmt, compression)
+    key = segment_path(
+        meta.cluster, meta.topic, meta.partition, meta.level, meta.first, meta.last, fmt.name
+    )
+    ref = parse_segment_path(key)
+    assert ref is not None, key
+    return fmt, compression, ref
 
 
 class _Tally:

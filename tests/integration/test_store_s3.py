@@ -101,7 +101,7 @@ def test_a_failed_write_publishes_nothing(s3: S3Server, store: SegmentStore) -> 
         name = extension = "parquet"
         compressions = ("none",)
 
-        def write(self, sink: Any, buffer: Any, meta: Any, compression: str) -> None:
+        def write(self, sink: Any, chunks: Any, meta: Any, compression: str) -> None:
             sink.write(b"PAR1 half a segment")
             raise RuntimeError("boom")
 

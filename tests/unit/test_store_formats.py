@@ -50,7 +50,7 @@ def make_buffer(records: list[StoredRecord] = NASTY) -> SegmentBuffer:
 
 def encode(fmt: SegmentFormat, buffer: SegmentBuffer, meta: SegmentMeta, compression: str) -> bytes:
     sink = pa.BufferOutputStream()
-    fmt.write(sink, buffer, meta, compression)
+    fmt.write(sink, [buffer], meta, compression)
     return bytes(sink.getvalue())
 
 

@@ -185,7 +185,7 @@ class FailingFormat:
     name = extension = "parquet"
     compressions = ("none",)
 
-    def write(self, sink: Any, buffer: SegmentBuffer, meta: SegmentMeta, compression: str) -> None:
+    def write(self, sink: Any, chunks: Any, meta: SegmentMeta, compression: str) -> None:
         sink.write(b"PAR1 half a segment")
         raise RuntimeError("boom")
 
