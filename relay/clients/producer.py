@@ -11,13 +11,18 @@ under the accumulator's own lock, and returns one future per producer batch. Seq
 retries, idempotence and acks stay kafka-python's: the sender drains these batches exactly like
 the ones `send()` builds. It uses accumulator internals of kafka-python 3.0 (pinned in
 setup.cfg); if they are missing, `send_batch` falls back to one `send()` per record.
+
+What comes back is a `Delivery` per run of records, never a kafka-python future: a producer
+batch's future *succeeds* even when the batch failed, expired or was aborted (the error rides in
+its value, for the per-record futures to raise), so reading it as a plain future would count
+lost records as acknowledged.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
@@ -36,8 +41,41 @@ NULL_VALUE = object()
 
 # (timestamp ms, key, value, headers) of one record to produce
 Item = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
-# (how many of the given records, the future of the producer batch holding them)
-Segment = tuple[int, Any]
+
+
+class Delivery:
+    """How a run of records sent together ended: pending, acknowledged, or failed."""
+
+    __slots__ = ("_future", "_batch")
+
+    def __init__(self, future: Any, batch: bool):
+        self._future = future  # a producer batch's future, or one record's (the fallback path)
+        self._batch = batch
+
+    @property
+    def done(self) -> bool:
+        return bool(self._future.is_done)
+
+    def error(self) -> BaseException | None:
+        """Why the records were not acknowledged; None while pending and once acknowledged."""
+        future = self._future
+        if not future.is_done:
+            return None
+        if future.exception is not None or not self._batch:
+            return future.exception
+        _, _, record_errors = future.value  # (base offset, log append time, errors by index)
+        return None if record_errors is None else record_errors(0)
+
+    def acked(self) -> bool:
+        return self.done and self.error() is None
+
+    def on_ack(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on the producer's I/O thread) once acknowledged; never on failure."""
+        self._future.add_callback(lambda _: callback() if self.error() is None else None)
+
+
+# (how many of the given records, the delivery of the run holding them)
+Segment = tuple[int, Delivery]
 
 
 def producer_settings(target: TargetConfig) -> dict[str, Any]:
@@ -77,7 +115,7 @@ class Producer:
         if not items:
             return []
         if not self._bulk:
-            return [(1, self._send_one(topic, partition, item)) for item in items]
+            return [(1, Delivery(self._send_one(topic, partition, item), False)) for item in items]
         tp = TopicPartition(topic, partition)
         if self._producer._metadata.partitions_for_topic(topic) is None:
             self._producer._wait_on_metadata(topic, self._producer.config["max_block_ms"])
@@ -104,12 +142,16 @@ class Producer:
             self._closed = True
             self._producer.close(timeout=timeout)
 
-    def abandon(self) -> None:
+    def abandon(self, timeout: float = 5.0) -> None:
         """Close without sending what is not sent yet (the task lost its right to write):
-        `close()` would flush first. Requests already on the wire may still complete."""
+        `close()` would flush first. Returns once the I/O thread ended (bounded), having failed
+        every delivery it did not complete, so what counts as acknowledged no longer changes.
+        Requests already on the wire may still land: the next owner reads the destination."""
         if not self._closed:
             self._closed = True
-            self._producer._sender.force_close()
+            sender = self._producer._sender
+            sender.force_close()
+            sender.join(timeout)
 
 
 def _has_bulk_internals(producer: KafkaProducer) -> bool:
@@ -139,7 +181,7 @@ def _append_bulk(acc: Any, tp: TopicPartition, items: Sequence[Item]) -> list[Se
                 meta = batch.records.append(timestamp, key, value, headers) if batch else None
                 if meta is None:  # no open batch, or it is full: start the next one
                     if batch is not None and count:
-                        segments.append((count, batch.produce_future))
+                        segments.append((count, Delivery(batch.produce_future, True)))
                     batch, count = _new_batch(acc, tp, now), 0
                     dq.append(batch)
                     acc._incomplete.add(batch)
@@ -151,7 +193,7 @@ def _append_bulk(acc: Any, tp: TopicPartition, items: Sequence[Item]) -> list[Se
                 count += 1
             assert batch is not None
             batch.last_append = now
-            segments.append((count, batch.produce_future))
+            segments.append((count, Delivery(batch.produce_future, True)))
     finally:
         acc._appends_in_progress.decrement()
     return segments

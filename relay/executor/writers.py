@@ -11,7 +11,7 @@ import time
 from collections import deque
 from typing import Any
 
-from relay.clients.producer import Producer
+from relay.clients.producer import Delivery, Producer
 from relay.config import StoreConfig
 from relay.spec import PROVENANCE_HEADER, PartitionRoute
 from relay.store import SegmentBuffer, SegmentStore
@@ -40,8 +40,8 @@ class KafkaWriter:
         self, producer: Producer, route: PartitionRoute, prefix: bytes, latencies: list[float]
     ):
         self.producer, self.route, self.prefix = producer, route, prefix
-        # (first source offset, record count, future of the producer batch holding them)
-        self.pending: deque[tuple[int, int, Any]] = deque()
+        # (first source offset, record count, delivery of the run holding them)
+        self.pending: deque[tuple[int, int, Delivery]] = deque()
         self.acked = 0  # records acknowledged
         self.written_bytes = 0
         self.segments = 0
@@ -69,15 +69,15 @@ class KafkaWriter:
             index += count
         self._sample_latency(segments[-1][1], records[-1].timestamp)
 
-    def _sample_latency(self, future: Any, timestamp_ms: int) -> None:
+    def _sample_latency(self, delivery: Delivery, timestamp_ms: int) -> None:
         samples = self._latencies
         if len(samples) < MAX_LATENCY_SAMPLES:
             # Appended from the producer's I/O thread; list.append is atomic.
-            future.add_callback(lambda _: samples.append(time.time() - timestamp_ms / 1000))
+            delivery.on_ack(lambda: samples.append(time.time() - timestamp_ms / 1000))
 
     def done_up_to(self, processed_to: int) -> int:
         """Acks come in order: the first batch not acknowledged bounds what is done."""
-        while self.pending and self.pending[0][2].is_done and not self.pending[0][2].failed():
+        while self.pending and self.pending[0][2].acked():
             self.acked += self.pending.popleft()[1]
         return self.pending[0][0] if self.pending else processed_to
 
@@ -92,9 +92,9 @@ class KafkaWriter:
         self.done_up_to(processed_to)
         if not self.pending:
             return None
-        offset, _, future = self.pending[0]
-        if future.is_done:
-            return future.exception
+        offset, _, delivery = self.pending[0]
+        if delivery.done:
+            return delivery.error()
         return TimeoutError(f"no acknowledgement for source offset {offset}")
 
 

@@ -7,6 +7,7 @@ whatever happened, together with everything else in its session: its JVM and the
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -24,6 +25,7 @@ from tests.support.ktm_process import (
     assert_only_log_lines,
     ktm,
     live_session_members,
+    metric_total,
     run_ktm,
     scrape,
     spark_sessions,
@@ -106,6 +108,38 @@ def test_restart_after_sigkill_relays_every_record_exactly_once(
         assert relayed_offsets(records) == {(src, p): list(range(RESTART_RECORDS // parts))}
         expected = [restart_record(parts * n + p) for n in range(RESTART_RECORDS // parts)]
         assert [(r.key, r.value) for r in records] == [(e.key, e.value) for e in expected]
+
+
+@pytest.mark.timeout(240)
+def test_records_held_unsent_when_the_driver_dies_are_relayed_by_the_next_run(
+    source_broker, target_broker, tmp_path
+):
+    """The driver dies while its tasks hold records their producer has not sent yet (a long
+    linger): the tasks lose the driver, drop those records and commit only what the destination
+    acknowledged, which is nothing, so the next run relays every record."""
+    source, target = source_broker.bootstrap, target_broker.bootstrap
+    src, dst = topic_pair(source, target, "unsent", 4, records=400)
+    port = free_port()
+    config = write_config(
+        tmp_path / "c.toml",
+        source=source,
+        target=target,
+        topics={src: dst},
+        app=f'metrics_addr = "127.0.0.1:{port}"',
+    )
+    config.write_text(config.read_text() + 'linger = "60s"\n')  # [target] is the last section
+    with ktm(tmp_path, "--config", str(config), "--no-progress") as first:
+        consumed = lambda: metric_total(port, "ktm_messages_consumed_total") or 0  # noqa: E731
+        wait_for(lambda: consumed() >= 400, 120, "every record read", first)
+        os.kill(first.proc.pid, signal.SIGKILL)  # the driver only: its tasks lose it
+        time.sleep(3)  # they drop what they hold and commit
+    assert sum(len(rs) for rs in read_all(target, dst).values()) == 0
+    assert set(committed_offsets(source, "ktm", src, 4).values()) <= {None, 0}
+
+    last = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", "--no-progress", timeout=120)
+    assert last.returncode == 0, last.stderr
+    copy = [r for rs in read_all(target, dst).values() for r in rs]
+    assert_exact_copy(read_all(source, src), copy, src)
 
 
 # --- failures: one line, the right exit code, nothing created ---------------------------------

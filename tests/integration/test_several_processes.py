@@ -78,7 +78,7 @@ class Setup:
         self.group = unique_topic("many-group")
         self.processes: list[tuple[Ktm, int]] = []
 
-    def start(self) -> tuple[Ktm, int]:
+    def start(self, *flags: str) -> tuple[Ktm, int]:
         """One more `ktm relay` on the shared config (its own metrics port)."""
         port = free_port()
         config = write_config(
@@ -92,7 +92,7 @@ class Setup:
             'session_timeout = "2s"', f'session_timeout = "{SESSION}"'
         )
         config.write_text(text)
-        process = Ktm(self.tmp_path, "--config", str(config), "--no-progress")
+        process = Ktm(self.tmp_path, "--config", str(config), "--no-progress", *flags)
         self.processes.append((process, port))
         return process, port
 
@@ -186,6 +186,27 @@ def test_kill_9_of_one_process_hands_its_partitions_to_the_other(setup, tmp_path
         setup.stop_all()
     finally:
         feeder.stop()
+    setup.check_exactly_once()
+
+
+def test_stop_at_end_started_while_a_killed_process_lingers_relays_everything(setup):
+    """A process killed with -9 stays a member until its session expires. A `--stop-at-end`
+    process started meanwhile must not settle for a share: it owns every partition once the
+    dead member is gone, and exits 0 only with every record (old and new) delivered once."""
+
+    def records(tag: bytes) -> list[Record]:
+        return [Record(key=b"k%d" % n, value=tag + b"%d" % n, partition=n % PARTITIONS)
+                for n in range(6000)]  # fmt: skip
+
+    produce(setup.source.bootstrap, setup.topic, records(b"a"))
+    a, _ = setup.start()
+    wait_for(lambda: setup.arrived() >= 6000, 180, "the first records", a)
+    a.kill()  # its membership lingers until the session times out
+    produce(setup.source.bootstrap, setup.topic, records(b"b"))
+    b, _ = setup.start("--stop-at-end")
+    run = b.wait(timeout=180)
+    assert run.returncode == 0, run.stderr
+    assert setup.arrived() == 12_000  # read right after the exit: nothing was left to others
     setup.check_exactly_once()
 
 

@@ -1,14 +1,25 @@
-"""The destination producer's two paths (bulk append and per-record send) on a real broker."""
+"""The destination producer's two paths (bulk append and per-record send) on a real broker, and
+what their deliveries say when records were acknowledged, dropped unsent, or never answered."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from relay.clients.producer import Producer
+from relay.clients.producer import Delivery, Producer
 from relay.config import ClusterConfig, TargetConfig
-from tests.support.kafka import create_topic, read_all, unique_topic
+from tests.support.kafka import (
+    NO_KILL_REASON,
+    TansuBroker,
+    brokers_are_external,
+    create_topic,
+    read_all,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.timeout(60)
+PATHS = pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "send"])
 
 
 def items(count: int) -> list:
@@ -21,7 +32,14 @@ def items(count: int) -> list:
     return out
 
 
-@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "send"])
+def ended(deliveries: list[Delivery], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(d.done for d in deliveries):
+        assert time.monotonic() < deadline, "deliveries did not end"
+        time.sleep(0.05)
+
+
+@PATHS
 def test_both_paths_write_the_same_records_and_acknowledge_every_segment(target_broker, bulk):
     topic = create_topic(target_broker.bootstrap, unique_topic("target"), 2)
     # A small batch_size forces the bulk path across several producer batches.
@@ -36,8 +54,44 @@ def test_both_paths_write_the_same_records_and_acknowledge_every_segment(target_
     finally:
         producer.close()
     assert sum(count for count, _ in segments) == 700
-    assert all(future.is_done and future.succeeded() for _, future in segments)
+    assert all(delivery.acked() and delivery.error() is None for _, delivery in segments)
     if bulk:
         assert 1 < len(segments) < 700  # whole batches, not one future per record
     got = read_all(target_broker.bootstrap, topic)[1]
     assert [(r.timestamp, r.key, r.value, list(r.headers)) for r in got] == wanted
+
+
+@PATHS
+def test_records_dropped_unsent_by_abandon_are_not_acknowledged(target_broker, bulk):
+    # kafka-python completes an aborted batch's future successfully (the error is in its
+    # value): read naively, these records would count as delivered and be skipped for good.
+    topic = create_topic(target_broker.bootstrap, unique_topic("target"), 1)
+    cfg = TargetConfig(ClusterConfig("target", (target_broker.bootstrap,)), linger=30.0)
+    producer = Producer(cfg, bulk=bulk)
+    deliveries = [d for _, d in producer.send_batch(topic, 0, items(50))]
+    producer.abandon()  # the lingering batch is never sent
+    ended(deliveries, 10)
+    assert not any(d.acked() for d in deliveries)
+    assert all(d.error() is not None for d in deliveries)
+    assert read_all(target_broker.bootstrap, topic)[0] == []
+
+
+@pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON)
+@PATHS
+def test_records_a_dead_broker_never_answered_end_failed(tmp_path, bulk):
+    broker = TansuBroker("doomed", log_dir=tmp_path).start()
+    try:
+        topic = create_topic(broker.bootstrap, unique_topic("target"), 1)
+        cfg = TargetConfig(ClusterConfig("doomed", (broker.bootstrap,)), request_timeout=1.0)
+        producer = Producer(cfg, bulk=bulk)
+        first = [d for _, d in producer.send_batch(topic, 0, items(10))]
+        producer.flush(timeout=10)
+        broker.kill()
+        later = [d for _, d in producer.send_batch(topic, 0, items(10))]
+        ended(later, 20)  # the delivery timeout: twice the request timeout plus linger
+        producer.abandon()
+    finally:
+        broker.kill()
+    assert all(d.acked() for d in first)
+    assert not any(d.acked() for d in later)
+    assert all(d.error() is not None for d in later)

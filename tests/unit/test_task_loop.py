@@ -81,16 +81,22 @@ class FakeReader:
         done()
 
 
-class FakeFuture:
+class FakeDelivery:
+    """relay.clients.producer.Delivery, already ended."""
+
     def __init__(self, fail: bool):
-        self.is_done, self._fail = True, fail
-        self.exception = TimeoutError("no ack") if fail else None
+        self.done = True
+        self._error = TimeoutError("no ack") if fail else None
 
-    def failed(self) -> bool:
-        return self._fail
+    def error(self) -> BaseException | None:
+        return self._error
 
-    def add_callback(self, fn: Any) -> None:
-        fn(None)
+    def acked(self) -> bool:
+        return self._error is None
+
+    def on_ack(self, callback: Any) -> None:
+        if self._error is None:
+            callback()
 
 
 class FakeProducer:
@@ -102,7 +108,7 @@ class FakeProducer:
         self.sent.extend(items)
         offsets = [int(h[-1][1].rsplit(b"/", 1)[1]) for _, _, _, h in items]
         fail = self.fail_from is not None and offsets[-1] >= self.fail_from
-        return [(len(items), FakeFuture(fail))]
+        return [(len(items), FakeDelivery(fail))]
 
 
 class Sides:
