@@ -64,7 +64,9 @@ class Delivery:
         if future.exception is not None or not self._batch:
             return future.exception
         _, _, record_errors = future.value  # (base offset, log append time, errors by index)
-        return None if record_errors is None else record_errors(0)
+        if record_errors is None:
+            return None
+        return record_errors(0) or RuntimeError("the producer batch failed")
 
     def acked(self) -> bool:
         return self.done and self.error() is None
