@@ -24,11 +24,10 @@ from relay.store.configured import store_of
 from relay.store.layout import temp_name
 from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
 from tests.support.relay import (
-    FAST_GROUP,
-    FAST_RETRIES,
     committed_offsets,
     produce_null_record,
     without_provenance,
+    write_config,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -59,15 +58,10 @@ def config(
     store_keys: str = "",
     app: str = 'metrics_addr = ""',
 ) -> Path:
-    routes = "\n".join(f'"{s}" = "{d}"' for s, d in topics.items())
-    path.write_text(
-        f"[app]\n{app}\n{FAST_GROUP}\n\n[topics]\n{routes}\n\n"
-        f'[[sources]]\nname = "prod"\nservers = ["{source}"]\n\n'
-        f"[source_pool]\n{FAST_RETRIES}\n\n"
-        f'[target]\nservers = ["{target}"]\n{FAST_RETRIES}\n\n'
-        f'[store]\nurl = "{store}"\n{store_keys}\n'
-    )
-    return path
+    return write_config(
+        path, source=source, target=target, topics=topics, source_name="prod", app=app,
+        extra=f'\n[store]\nurl = "{store}"\n{store_keys}\n',
+    )  # fmt: skip
 
 
 def backup(conf: Path, stop_at_end: bool = True) -> RunSummary:

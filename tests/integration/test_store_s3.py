@@ -17,6 +17,7 @@ from relay.store.store import SegmentStore, open_store
 from tests.support import seaweed
 from tests.support.kafka import free_port
 from tests.support.seaweed import S3Server, s3_filesystem
+from tests.support.store import assert_broken_streams_publish_nothing
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,17 +126,7 @@ def test_a_streamed_segment_is_moved_to_its_key_whole(s3: S3Server, store: Segme
 def test_a_streamed_segment_failing_halfway_publishes_nothing(
     s3: S3Server, store: SegmentStore
 ) -> None:
-    meta = buffer_of(0, 19).meta("prod", "orders", 0, level=1)
-
-    def failing() -> Any:
-        yield buffer_of(0, 9)
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="boom"):
-        store.write_segment_chunks("parquet", failing(), meta)
-    with pytest.raises(ValueError, match="does not describe the records written"):
-        store.write_segment_chunks("parquet", [buffer_of(0, 9)], meta)
-    assert objects_under(s3, store) == []
+    assert_broken_streams_publish_nothing(store, buffer_of, lambda: objects_under(s3, store))
 
 
 def test_a_corrupt_object_names_its_s3_url(s3: S3Server, store: SegmentStore) -> None:

@@ -31,14 +31,16 @@ def write_config(
     source_name: str = "src",
     app: str = 'metrics_addr = ""',
     spark: str = "",
+    extra: str = "",
 ) -> Path:
-    """A ktm config relaying ``topics`` from ``source`` to ``target`` with fast, short retries."""
+    """A ktm config relaying ``topics`` from ``source`` to ``target`` with fast, short retries;
+    ``extra`` is TOML appended after the [target] section (a [store], say)."""
     routes = "\n".join(f'"{src}" = "{dst}"' for src, dst in topics.items())
     path.write_text(
         f"[app]\n{app}\n{FAST_GROUP}\n\n[spark]\n{spark}\n\n[topics]\n{routes}\n\n"
         f'[[sources]]\nname = "{source_name}"\nservers = ["{source}"]\n\n'
         f"[source_pool]\n{FAST_RETRIES}\n\n"
-        f'[target]\nservers = ["{target}"]\n{FAST_RETRIES}\n'
+        f'[target]\nservers = ["{target}"]\n{FAST_RETRIES}\n{extra}'
     )
     return path
 

@@ -17,6 +17,7 @@ from relay.store import SegmentBuffer, SegmentError, SegmentMeta, StoredRecord, 
 from relay.store.formats import FORMATS, get_format
 from relay.store.layout import group_snapshot_path
 from relay.store.store import SegmentStore, open_store
+from tests.support.store import assert_broken_streams_publish_nothing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -244,17 +245,8 @@ def test_a_segment_streamed_in_chunks_reads_back_whole(store: SegmentStore, fmt:
 def test_a_streamed_segment_appears_only_when_whole_and_as_described(
     store: SegmentStore,
 ) -> None:
-    meta = buffer_of(0, 29).meta("prod", "orders", 0, level=1)
-
-    def failing() -> Any:
-        yield buffer_of(0, 9)
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="boom"):
-        store.write_segment_chunks("parquet", failing(), meta)
-    with pytest.raises(ValueError, match="does not describe the records written"):
-        store.write_segment_chunks("parquet", [buffer_of(0, 9), buffer_of(10, 19)], meta)
-    assert visible_files(Path(store.describe())) == []
+    published = lambda: visible_files(Path(store.describe()))  # noqa: E731
+    assert_broken_streams_publish_nothing(store, buffer_of, published)
 
 
 def test_rewriting_a_segment_replaces_it_whole(store: SegmentStore) -> None:
