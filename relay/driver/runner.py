@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from relay.channel import Report
+from relay.channel import ControlServer, Report
 from relay.clients.settings import is_retriable
 from relay.config import Config
 from relay.driver.backend import SparkBackend
@@ -28,6 +28,7 @@ from relay.driver.pipeline import Pipeline
 from relay.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.driver.rounds import TICK, Round, raise_for
 from relay.driver.status import Status
+from relay.engine import Engine
 from relay.errors import RelayError
 from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartition
 
@@ -208,7 +209,7 @@ class Runner:
             self._unsure = False
         self._fail_over_if_needed(todo)
         engine, channel = self.backend.ready(len(self.routes))
-        current = self._submit_round(todo, engine.slots)
+        current = self._submit_round(todo, engine, channel)
         if current is None:
             return  # the group rebalanced meanwhile: the caller re-reads the ownership
         while not current.job.wait(TICK):
@@ -223,15 +224,16 @@ class Runner:
         engine.refresh_slots()
         self._finish_round(current, results)
 
-    def _submit_round(self, todo: list[PartitionRoute], slots: int) -> Round | None:
-        engine, channel = self.backend.ready(len(self.routes))
+    def _submit_round(
+        self, todo: list[PartitionRoute], engine: Engine, channel: ControlServer
+    ) -> Round | None:
         with self._submit:
             generation = self._generation
             if self.membership is not None:
                 assignment = self.membership.current()
                 if assignment is None or assignment.generation != generation:
                     return None
-            groups = self._plan(todo, slots)
+            groups = self._plan(todo, engine.slots)
             self._round_id += 1
             round_id = self._round_id
             nexts = self.status.next_offsets()
