@@ -57,8 +57,8 @@ def sides_for(task: TaskSpec) -> Sides:
 class _KafkaTarget:
     """The writing side shared by relay and restore: one cached producer per target."""
 
-    def __init__(self, target: TargetConfig):
-        self.target = target
+    def __init__(self, target: TargetConfig, partitions: tuple[PartitionWork, ...]):
+        self.target, self.partitions = target, partitions
 
     def producer(self) -> Producer:
         if self.target not in _producers:
@@ -91,17 +91,17 @@ class _KafkaTarget:
             if producer is not None:
                 _close_quietly(producer.close, self.target.request_timeout)
 
-    def resumed(self, works: tuple[PartitionWork, ...], attempt: int) -> tuple[PartitionWork, ...]:
+    def works(self, attempt: int) -> tuple[PartitionWork, ...]:
         """Spark re-runs a task whose executor was lost, with the same spec; the lost attempt
         may have written records after the spec's starts. Resume after what the destination
         holds."""
         if attempt == 0:
-            return works
-        routes = [w.route for w in works]
+            return self.partitions
+        routes = [w.route for w in self.partitions]
         found = destination_next_offsets(
             self.target.cluster, routes, self.target.request_timeout * 3
         )
-        return _moved_forward(works, found)
+        return _moved_forward(self.partitions, found)
 
 
 def _source_reader(source: ClusterConfig, group_id: str) -> GroupReader:
@@ -127,11 +127,8 @@ def _evict_reader(source: ClusterConfig, group_id: str, kind: str) -> None:
 
 class RelaySides(_KafkaTarget):
     def __init__(self, task: GroupTask):
-        super().__init__(task.target)
+        super().__init__(task.target, task.partitions)
         self.task = task
-
-    def works(self, attempt: int) -> tuple[PartitionWork, ...]:
-        return self.resumed(self.task.partitions, attempt)
 
     def reader(self) -> GroupReader:
         return _source_reader(self.task.source, self.task.group_id)
@@ -147,11 +144,8 @@ class RelaySides(_KafkaTarget):
 
 class RestoreSides(_KafkaTarget):
     def __init__(self, task: RestoreTask):
-        super().__init__(task.target)
+        super().__init__(task.target, task.partitions)
         self.task = task
-
-    def works(self, attempt: int) -> tuple[PartitionWork, ...]:
-        return self.resumed(self.task.partitions, attempt)
 
     def reader(self) -> StoreReader:
         window = (self.task.from_time, self.task.until_time)
