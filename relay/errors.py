@@ -23,3 +23,10 @@ class KafkaSetupError(KtmError):
 
 class RelayError(KtmError):
     """The relay failed while running (after retries); what was acknowledged is committed."""
+
+
+class StoppedWhileWaiting(KtmError):
+    """A stop signal arrived before there was anything to do (restore --follow waiting for
+    its first segments): a clean stop, not a failure."""
+
+    exit_code = 0

@@ -48,8 +48,13 @@ class PartitionWork:
     yet at the destination) up to `stop` (exclusive; None: until told to stop)."""
 
     route: PartitionRoute
-    start: int
+    start: int  # FROM_FIRST_SEGMENT: restore --follow, the store had no segment of it yet
     stop: int | None = None
+
+
+# A restore start for a partition whose store held no segment when the run was planned and
+# that the destination holds nothing of: the partition begins where its first segment does.
+FROM_FIRST_SEGMENT = -1
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,9 @@ class PartitionProgress:
     filtered: tuple[tuple[str, int], ...] = ()  # (filter id, records it dropped)
     filter_errors: tuple[tuple[str, int], ...] = ()  # (filter id, records it raised on, skipped)
     segments: int = 0  # segments written to the store (backup)
+    # restore --follow: what the partition waits for ("empty": its first segment, "late": a
+    # segment missing between two others) and for how many seconds; None when not waiting
+    waiting: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True)

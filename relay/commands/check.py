@@ -61,7 +61,11 @@ def _store_report(cfg: Config) -> None:
     for route in cfg.topics:
         partitions = store.list_partitions(store_cfg.cluster, route.source)
         if not partitions:
-            click.echo(f"  {route.source}: no segments")
+            known = store.partition_count(store_cfg.cluster, route.source)
+            planned = f" ({known} partitions, backup started)" if known else ""
+            click.echo(
+                f"  {route.source}: no segments yet{planned}; ktm restore --follow waits for them"
+            )
         for partition in partitions:
             refs = store.list_segments(store_cfg.cluster, route.source, partition)
             links = [ChainLink.of(ref, store.read_meta(ref)) for ref in refs]

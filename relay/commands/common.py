@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from relay.errors import ConfigError, KtmError
+from relay.errors import ConfigError, KtmError, StoppedWhileWaiting
 
 if TYPE_CHECKING:
     from relay.config import Config
@@ -45,6 +45,9 @@ def run_guarded(debug: bool, fn: Callable[[], int]) -> int:
     """Map the project's errors to an exit code and one line on stderr."""
     try:
         return fn()
+    except StoppedWhileWaiting as exc:
+        log.info("%s", exc)
+        return exc.exit_code
     except KtmError as exc:
         if debug:
             log.exception("failed")

@@ -54,6 +54,7 @@ class BackupPipeline(FromSources):
         ]
         if on_routes is not None:
             on_routes(self.routes)
+        self.startup.call("store", lambda: self._describe_topics(counts), self.store.describe())
         stored = self.startup.call("store", lambda: self.where(self.routes), self.store.describe())
         self.startup.call("source", lambda: self.pool.start([r.key for r in self.routes], stored))
         source = self.pool.active
@@ -65,6 +66,12 @@ class BackupPipeline(FromSources):
             nexts[route.key] = self._resume(route.key, stored.get(route.key), offsets)
         stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
         return Plan(self.routes, nexts, dict(offsets.end), stops)
+
+    def _describe_topics(self, counts: dict[str, int]) -> None:
+        """Tell a restore following this store every partition, before each has a segment."""
+        for topic in sorted({t.source for t in self.cfg.topics}):
+            count = self._count(counts, topic)
+            self.store.write_partition_count(self.store_cfg.cluster, topic, count)
 
     def _counts(self, names: list[str]) -> dict[str, int]:
         """Partition counts from the first node that answers; that node hosts the group."""

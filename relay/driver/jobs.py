@@ -77,3 +77,4 @@ class Restore(Runner):
             cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
             metrics=metrics, master=master,
         )  # fmt: skip
+        pipeline.status = self.status  # shows what start-up waits for (--follow)

@@ -141,6 +141,13 @@ class Metrics:
             "Seconds from start to the first record acknowledged by the destination",
             registry=r,
         )
+        self.restore_waiting = Gauge(
+            "ktm_restore_waiting_seconds",
+            "restore --follow: seconds a partition has waited for a segment (reason empty: its "
+            "first one; late: one missing between two others); 0 when not waiting",
+            ("source_topic", "source_partition", "reason"),
+            registry=r,
+        )
 
 
 class MetricsServer:

@@ -89,7 +89,7 @@ def _rows(snap: Snapshot) -> list[tuple[str, ...]]:
                 f"{row.relayed:,}",
                 f"{row.filtered:,}",
                 f"{row.rate:,.0f}" if row.owned else "-",
-                ("?" if row.lag is None else f"{row.lag:,}") if row.owned else "-",
+                _lag_cell(row),
             )
             for row in snap.rows
         ]
@@ -113,6 +113,14 @@ def _rows(snap: Snapshot) -> list[tuple[str, ...]]:
     return cells
 
 
+def _lag_cell(row: PartitionRow) -> str:
+    if not row.owned:
+        return "-"
+    if row.waiting is not None:  # restore --follow: nothing to restore yet
+        return "waiting: " + ("no segment yet" if row.waiting[0] == "empty" else "late segment")
+    return "?" if row.lag is None else f"{row.lag:,}"
+
+
 def plain_line(snap: Snapshot) -> str:
     line = (
         f"progress: relayed={snap.relayed} filtered={snap.filtered} rate={snap.rate:.0f}/s "
@@ -121,6 +129,9 @@ def plain_line(snap: Snapshot) -> str:
     )
     if snap.remaining is not None:
         line += f" remaining={snap.remaining} eta={_fmt_eta(eta(snap))}"
+    waiting = sum(1 for row in snap.owned if row.waiting is not None)
+    if waiting:
+        line += f" waiting_for_segments={waiting}"
     return line
 
 

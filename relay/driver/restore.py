@@ -20,9 +20,17 @@ from relay.driver.metrics import Metrics
 from relay.driver.pipeline import REPORT_INTERVAL, Plan
 from relay.driver.plan import plan_routes
 from relay.driver.setup import Startup
-from relay.errors import KafkaSetupError
+from relay.driver.status import Status
+from relay.errors import KafkaSetupError, StoppedWhileWaiting
 from relay.resume import destination_next_offsets
-from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, RestoreTask, SourcePartition
+from relay.spec import (
+    FROM_FIRST_SEGMENT,
+    ChannelAddress,
+    PartitionRoute,
+    PartitionWork,
+    RestoreTask,
+    SourcePartition,
+)
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
 
@@ -52,18 +60,19 @@ class RestorePipeline:
         self.coordinator = self.target.cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
+        self.status: Status | None = None
 
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
     ) -> Plan:
         where = self.store.describe()
         self.startup.call("store", lambda: self.store.check(write=False), where)
-        stored = self.startup.call("store", self._stored_counts, where)
         target = self.target.cluster
         names = [r.target for r in self.cfg.topics]
         counts = self.startup.call(
             "target", lambda: admin.partition_counts(target, names, self.timeout)
         )
+        stored = self._wait_for_counts(counts, where)
         if self.options.create_topics:
             counts = self._create_missing(stored, counts)
         self.routes = plan_routes(self.cfg.topics, stored, counts, where, describe(target))
@@ -73,30 +82,64 @@ class RestorePipeline:
         ranges = self.startup.call("store", lambda: self._ranges(self.routes), where)
         nexts, ends = {}, {}
         for route in self.routes:
-            first, end = ranges.get(route.key, (0, 0))
+            # Following a partition with no segment yet: it starts where its first one will.
+            empty = FROM_FIRST_SEGMENT if self.options.follow else 0
+            first, ends[route.key] = ranges.get(route.key, (empty, empty))
             nexts[route.key] = max(first, at_destination.get(route.key, first))
-            ends[route.key] = end
             log.info(
                 "restore topic=%s partition=%s next_offset=%s store end=%s",
                 route.topic,
                 route.partition,
                 nexts[route.key],
-                end,
+                ends[route.key],
             )
         stops = dict(ends) if stop_at_end else None
-        return Plan(self.routes, nexts, ends, stops)
+        return Plan(self.routes, nexts, _known(ends), stops)
+
+    def _wait_for_counts(self, counts: dict[str, int], where: str) -> dict[str, int]:
+        """Each topic's partition count from the store. With --follow, a topic with no
+        segment yet is a state to wait in: its destination's partition count stands in when
+        the destination exists (each partition waits for its first segment); otherwise (the
+        topic is to be created, or mapped to one fixed partition) start-up waits here."""
+        logged: set[str] = set()
+        while True:
+            stored = self.startup.call("store", self._stored_counts, where)
+            if not self.options.follow:
+                return stored
+            pending = []
+            for route in self.cfg.topics:
+                if route.partition is None and route.target in counts:
+                    stored[route.source] = max(stored.get(route.source, 0), counts[route.target])
+                elif route.source not in stored:
+                    pending.append(route.source)
+            if not pending:
+                self._show_waiting(())
+                return stored
+            for topic in sorted(set(pending) - logged):
+                log.info("restore: waiting for the first segment of topic %s in %s", topic, where)
+            logged.update(pending)
+            self._show_waiting(tuple(sorted(pending)))
+            if self.startup.stop.wait(self.store_cfg.follow_interval):
+                raise StoppedWhileWaiting("restore: stopped before the first segment landed")
+
+    def _show_waiting(self, topics: tuple[str, ...]) -> None:
+        if self.status is not None:
+            self.status.waiting_topics = topics
 
     def _stored_counts(self) -> dict[str, int]:
-        """Each [topics] key's partition count in the store (its highest partition + 1)."""
+        """Each [topics] key's partition count in the store (SegmentStore.partition_count);
+        following, topics the store knows nothing of yet are left out (they are waited for)."""
         counts = {}
         for route in self.cfg.topics:
-            partitions = self.store.list_partitions(self.store_cfg.cluster, route.source)
-            if not partitions:
+            count = self.store.partition_count(self.store_cfg.cluster, route.source)
+            if count:
+                counts[route.source] = count
+            elif not self.options.follow:
                 raise KafkaSetupError(
                     f"[topics].{route.source}: no segments of topic {route.source!r} in store "
-                    f"{self.store.describe()} (cluster {self.store_cfg.cluster!r})"
+                    f"{self.store.describe()} (cluster {self.store_cfg.cluster!r}); "
+                    "ktm restore --follow waits for them"
                 )
-            counts[route.source] = max(partitions) + 1
         return counts
 
     def _create_missing(self, stored: dict[str, int], counts: dict[str, int]) -> dict[str, int]:
@@ -158,6 +201,11 @@ class RestorePipeline:
 
     def close(self) -> None:
         pass
+
+
+def _known(ends: dict[SourcePartition, int]) -> dict[SourcePartition, int]:
+    """End offsets of the partitions that have segments (the others' lag is unknown)."""
+    return {key: end for key, end in ends.items() if end != FROM_FIRST_SEGMENT}
 
 
 class _NoPool:

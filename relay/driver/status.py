@@ -25,6 +25,9 @@ RATE_STALE = 3.0  # a rate not refreshed for this long reads as 0
 
 Attempt = tuple[int, int, int]  # (round, task, attempt)
 
+# restore --follow: why a partition waits (relay.executor.store_reader), for logs and /healthz
+WAIT_REASONS = {"empty": "its first segment", "late": "a late segment"}
+
 
 @dataclass(frozen=True)
 class PartitionRow:
@@ -38,6 +41,7 @@ class PartitionRow:
     rate: float = 0.0  # records/s over the last RATE_WINDOW
     rate_at: float = 0.0  # when `rate` was measured
     rate_base: int = 0  # `relayed` at rate_at
+    waiting: tuple[str, float] | None = None  # restore --follow: (reason, seconds) it waits
 
     @property
     def lag(self) -> int | None:
@@ -91,8 +95,11 @@ class Status:
         self.stop_at_end = False
         self.owned: frozenset[SourcePartition] | None = None  # None: every partition is ours
         self.members = 1
+        # restore --follow, before its partitions are known: topics waiting for a first segment
+        self.waiting_topics: tuple[str, ...] = ()
         self._rows: dict[SourcePartition, PartitionRow] = {}
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
+        self._waited: set[tuple[tuple[str, str], str]] = set()
         self._lock = threading.Lock()
 
     def start(
@@ -165,6 +172,7 @@ class Status:
             end=end,
             relayed=row.relayed + max(0, produced),
             filtered=row.filtered + sum(filtered.values()),
+            waiting=part.waiting,
         )
         if now - row.rate_at >= RATE_WINDOW:
             rate = (row.relayed - row.rate_base) / (now - row.rate_at)
@@ -222,6 +230,21 @@ class Status:
             self.metrics.next_offset.labels(*labels).set(row.next_offset)
             if row.lag is not None:
                 self.metrics.lag.labels(*labels).set(row.lag)
+            self._publish_waiting(row, labels)
+
+    def _publish_waiting(self, row: PartitionRow, labels: tuple[str, str]) -> None:
+        """One series per reason a partition ever waited for; 0 once it no longer waits."""
+        for reason in WAIT_REASONS:
+            seconds = row.waiting[1] if row.waiting and row.waiting[0] == reason else 0.0
+            if seconds or (labels, reason) in self._waited:
+                if (labels, reason) not in self._waited:
+                    self._waited.add((labels, reason))
+                    log.info(
+                        "restore topic=%s partition=%s waits for %s",
+                        *labels,
+                        WAIT_REASONS[reason],
+                    )
+                self.metrics.restore_waiting.labels(*labels, reason).set(seconds)
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
@@ -257,6 +280,13 @@ class Status:
             "owned_partitions": len(snap.owned),
             "group_members": snap.members,
         }
+        waiting = {topic: WAIT_REASONS["empty"] for topic in self.waiting_topics}
+        for row in snap.owned:
+            if row.waiting is not None:
+                where = f"{row.route.topic}[{row.route.partition}]"
+                waiting[where] = WAIT_REASONS[row.waiting[0]]
+        if waiting:  # a state to wait in (restore --follow), not a fault
+            detail["waiting"] = waiting
         if self.nodes and not any(view.up for view in self.nodes):
             down = ", ".join(f"{v.name}: {v.error}" for v in self.nodes)
             return False, {**detail, "reason": f"no source node reachable ({down})"}

@@ -119,6 +119,7 @@ class PartitionState:
             highwater = reader.highwater(self.key) if reader is not None else None
         except Exception:  # noqa: BLE001 - a gauge, never worth failing for
             highwater = None
+        waits = getattr(reader, "waiting", None)  # only the store reader ever waits
         writer = self.writer
         return PartitionProgress(
             key=self.key,
@@ -131,4 +132,5 @@ class PartitionState:
             filtered=tuple(sorted(self.filtered.items())),
             filter_errors=tuple(sorted(self.filter_errors.items())),
             segments=writer.segments,
+            waiting=waits(self.key) if waits is not None else None,
         )

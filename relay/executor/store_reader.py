@@ -19,6 +19,7 @@ from typing import Any
 
 from relay.config import StoreConfig
 from relay.errors import KtmError
+from relay.spec import FROM_FIRST_SEGMENT
 from relay.store import ChainError, ChainLink, SegmentMeta, SegmentStore, StoredRecord, plan_chain
 
 TP = tuple[str, int]
@@ -42,6 +43,7 @@ class _Partition:
         self.current: ChainLink | None = None
         self.listed_at = float("-inf")
         self.hole_since: float | None = None
+        self.empty_since: float | None = None  # following a partition with no segment yet
         self.paused = False
 
     def refresh(self, now: float) -> None:
@@ -58,6 +60,12 @@ class _Partition:
         """The segment holding `position`, or None when there is none (yet)."""
         if self.current is None and now - self.listed_at >= self.cfg.follow_interval:
             self.refresh(now)
+        if self.position == FROM_FIRST_SEGMENT:
+            first = plan_chain(self.links.values()).links
+            if not first:
+                self.empty_since = now if self.empty_since is None else self.empty_since
+                return None
+            self.position, self.empty_since = first[0].start, None
         plan = plan_chain(self.links.values(), start=self.position)
         if not plan.links:
             return None
@@ -73,6 +81,14 @@ class _Partition:
             return None
         self.hole_since = None
         return link
+
+    def waiting(self, now: float) -> tuple[str, float] | None:
+        """What a following partition waits for: its first segment, or a late one."""
+        if self.empty_since is not None:
+            return "empty", now - self.empty_since
+        if self.hole_since is not None:
+            return "late", now - self.hole_since
+        return None
 
     def _late(self, problems: Any, now: float) -> None:
         """A hole while following: wait (the listing repeats every follow_interval) until
@@ -167,6 +183,9 @@ class StoreReader:
     def highwater(self, key: TP) -> int | None:
         """The store's end for the partition: what is left to restore is the restore lag."""
         return self._parts[key].end
+
+    def waiting(self, key: TP) -> tuple[str, float] | None:
+        return self._parts[key].waiting(time.monotonic())
 
     def pause(self, key: TP) -> None:
         self._parts[key].paused = True

@@ -1,6 +1,7 @@
 """Where segments and consumer-group snapshots live inside a store, and how their names parse.
 
     <prefix>/<cluster>/<topic>/<partition>/<level>/<first:020d>-<last:020d>.<ext>
+    <prefix>/<cluster>/<topic>/_topic.json       (the partition count a backup planned)
     <prefix>/<cluster>/_groups/<percent-encoded group>.json
 
 Offsets are zero-padded to 20 digits (int64 needs 19) so that a listing sorted by key, which is
@@ -20,6 +21,7 @@ from urllib.parse import quote, unquote
 
 SEGMENT_EXTENSIONS = ("parquet", "jsonl")  # each is also the name of its format (formats.py)
 GROUPS_DIR = "_groups"
+TOPIC_FILE = "_topic.json"  # beside the partition folders, so it never parses as one
 GROUP_SUFFIX = ".json"
 TEMP_PREFIX = ".tmp-"
 
@@ -177,3 +179,9 @@ def groups_dir(cluster: str, prefix: str = "") -> str:
 def group_snapshot_path(cluster: str, group: str, prefix: str = "") -> str:
     """Key of the consumer-group offsets snapshot of ``group`` backed up from ``cluster``."""
     return _join(groups_dir(cluster, prefix), encode_group(group))
+
+
+def topic_descriptor_path(cluster: str, topic: str, prefix: str = "") -> str:
+    """Key of the small file a backup writes when it starts: the topic's partition count, so a
+    restore knows every partition before each one has a segment."""
+    return _join(prefix, check_cluster_name(cluster), check_topic_name(topic), TOPIC_FILE)

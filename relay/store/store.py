@@ -32,6 +32,7 @@ from relay.store.layout import (
     parse_segment_path,
     partition_dir,
     segment_path,
+    topic_descriptor_path,
 )
 from relay.store.records import SegmentBuffer, SegmentMeta, StoredRecord
 
@@ -265,6 +266,19 @@ class SegmentStore:
             return json.loads(data)
         except ValueError as exc:
             raise StoreError(f"cannot read {self.location(key)}: not valid JSON ({exc})") from None
+
+    def write_partition_count(self, cluster: str, topic: str, partitions: int) -> None:
+        """Record how many partitions the backed-up topic has (backup, at start-up)."""
+        descriptor = {"cluster": cluster, "topic": topic, "partitions": partitions}
+        self.write_json(topic_descriptor_path(cluster, topic), descriptor)
+
+    def partition_count(self, cluster: str, topic: str) -> int:
+        """The topic's partition count as far as the store knows: the most a backup recorded
+        or its highest partition holding segments, plus one (0: nothing of the topic yet)."""
+        listed = self.list_partitions(cluster, topic)
+        descriptor = self.read_json(topic_descriptor_path(cluster, topic)) or {}
+        recorded = descriptor.get("partitions") if isinstance(descriptor, dict) else None
+        return max(max(listed, default=-1) + 1, recorded if isinstance(recorded, int) else 0)
 
     def list_groups(self, cluster: str) -> list[str]:
         """Consumer groups with a snapshot backed up from ``cluster``, sorted."""

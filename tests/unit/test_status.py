@@ -178,3 +178,21 @@ def test_resume_points_only_move_forward() -> None:
     assert status.advance(("orders", 0), 40)
     assert not status.advance(("orders", 0), 30)  # the destination never moves a point back
     assert status.next_offsets()[("orders", 0)] == 40
+
+
+def test_a_following_restore_waiting_for_segments_is_healthy_and_visible() -> None:
+    status, clock, metrics = make_status()
+    status.waiting_topics = ("payments",)  # start-up still waits for this topic's first segment
+    status.apply((1, 0, 0), [progress(0, 0, waiting=("empty", 4.0)), progress(1, 10)])
+    ok, detail = status.health()
+    assert ok
+    assert detail["waiting"] == {"payments": "its first segment", "orders[0]": "its first segment"}
+    labels = {"source_topic": "orders", "source_partition": "0", "reason": "empty"}
+    assert metrics.registry.get_sample_value("ktm_restore_waiting_seconds", labels) == 4.0
+    assert "waiting_for_segments=1" in plain_line(status.snapshot())
+
+    clock.now += 1.0  # the segment landed: the wait ends, its series reads 0
+    status.waiting_topics = ()
+    status.apply((1, 0, 0), [progress(0, 5, produced=5)])
+    assert "waiting" not in status.health()[1]
+    assert metrics.registry.get_sample_value("ktm_restore_waiting_seconds", labels) == 0.0
