@@ -1,0 +1,201 @@
+"""Source batches of one partition into destination batches, with work per batch.
+
+What each source batch becomes:
+- a **control batch** (a transaction's commit or abort marker) is never copied: markers are the
+  broker's business, and a produced batch may not be one;
+- a **transactional data batch** is copied like any other (read_uncommitted: what a consumer
+  that does not filter transactions sees is what arrives). Records of *aborted* transactions
+  are therefore relayed too; dropping them would need the fetch response's aborted-transaction
+  list and read_committed semantics, which the relay does not claim. The destination batch is
+  not transactional: the destination producer is idempotent, not transactional;
+- a batch wholly before `start` is skipped; one that starts before it (a fetch that began
+  mid-batch after a restart) loses its records before `start`.
+
+Source batches are merged, in order, into destination batches of at most `budget` bytes of
+records (uncompressed); a source batch larger than the budget stays whole.
+
+A destination batch made of one source batch that keeps every record, has no offset gap inside
+(compaction) and uses CreateTime is **copied**: its records part is reused byte for byte, only
+the last record is re-framed to carry the provenance header, and the batch keeps its first and
+max timestamps. Every other destination batch is **rebased**: each record whose offset delta
+(now its index in the destination batch, which must run 0..count-1 for the producer's sequence
+numbers) or timestamp delta changes is re-framed; its key, value and headers bytes are reused.
+
+Timestamps: the destination batch is always CreateTime. A record from a LogAppendTime source
+batch gets its source append time (the batch's max timestamp, which is what a consumer of the
+source sees) as its CreateTime: the destination keeps the time the source reports, whatever the
+destination topic's own timestamp type then does with it.
+
+The records part is decompressed and compressed once per batch, in the codec libraries; a
+compressed part that is not smaller is sent uncompressed (as kafka-python does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from relay.batches import codecs
+from relay.batches.format import SourceBatch, UnsupportedBatch, assemble
+from relay.batches.provenance import provenance_header
+from relay.batches.records import RecordAt, last_record_start, parse_at, reframe, with_header
+
+DEFAULT_BUDGET = 256 * 1024  # [target].batch_size's default
+# Room kept in the budget: a re-framed record may grow (its offset and timestamp deltas become
+# longer varints), and the last record takes the provenance header.
+_GROWTH_PER_RECORD = 8
+_PROVENANCE_ROOM = 128
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The source partition, as the provenance header names it."""
+
+    cluster: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class DestBatch:
+    payload: bytearray  # a whole batch: base offset 0, producer fields -1 until stamped
+    count: int
+    first_offset: int  # the first source offset it holds
+    last_offset: int  # the last source offset it holds (the provenance range's end)
+    records_size: int  # bytes of records before compression
+    copied: bool  # the source records part was reused (see the module docstring)
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    batches: list[DestBatch]
+    next_offset: int  # where the next fetch starts: past markers and gaps as well
+
+
+class _Member:
+    """A source batch taken into a destination batch, its records part decompressed."""
+
+    __slots__ = ("batch", "records", "copyable")
+
+    def __init__(self, batch: SourceBatch, start: int):
+        if not batch.crc_ok():
+            raise UnsupportedBatch(f"CRC mismatch in the batch at offset {batch.base_offset}")
+        self.batch = batch
+        self.records = batch.records()
+        self.copyable = batch.base_offset >= start and batch.contiguous
+        self.copyable &= not batch.log_append_time
+
+
+def rebuild(
+    batches: Iterable[SourceBatch],
+    start: int,
+    origin: Origin,
+    codec: int = codecs.NONE,
+    budget: int = DEFAULT_BUDGET,
+) -> Rebuilt:
+    """Destination batches for the records at or after `start`, in order."""
+    groups: list[list[_Member]] = []
+    size = 0
+    next_offset = start
+    for batch in batches:
+        next_offset = max(next_offset, batch.next_offset)
+        if batch.next_offset <= start or batch.is_control or batch.header.record_count == 0:
+            continue
+        member = _Member(batch, start)
+        cost = len(member.records) + _GROWTH_PER_RECORD * batch.header.record_count
+        if not groups or size + cost > budget - _PROVENANCE_ROOM:
+            groups.append([])
+            size = 0
+        groups[-1].append(member)
+        size += cost
+    built = [_build(group, start, origin, codec) for group in groups]
+    return Rebuilt([b for b in built if b is not None], next_offset)
+
+
+def _build(group: list[_Member], start: int, origin: Origin, codec: int) -> DestBatch | None:
+    if len(group) == 1 and group[0].copyable:
+        return _copy(group[0], origin, codec)
+    return _Rebase(start).run(group, origin, codec)
+
+
+def _copy(member: _Member, origin: Origin, codec: int) -> DestBatch:
+    batch, records = member.batch, member.records
+    header = batch.header
+    last = parse_at(records, last_record_start(records, header.record_count))
+    provenance = provenance_header(
+        origin.cluster, origin.topic, origin.partition, batch.base_offset, batch.last_offset
+    )
+    tail = with_header(records, last, last.timestamp_delta, last.offset_delta, provenance)
+    part = records[: last.start] + tail
+    return DestBatch(
+        _finish(part, codec, header.record_count, header.first_timestamp, header.max_timestamp),
+        header.record_count,
+        batch.base_offset,
+        batch.last_offset,
+        len(part),
+        True,
+    )
+
+
+def _finish(part: bytes, codec: int, count: int, first_ts: int, max_ts: int) -> bytearray:
+    if codec != codecs.NONE:
+        compressed = codecs.compress(codec, part)
+        if len(compressed) < len(part):
+            return assemble(compressed, codec, count, first_ts, max_ts)
+    return assemble(part, codecs.NONE, count, first_ts, max_ts)
+
+
+class _Rebase:
+    """Records of several source batches (or of one that cannot be copied) into one batch."""
+
+    def __init__(self, start: int):
+        self.start = start
+        self.frames: list[bytes | memoryview] = []
+        self.base_ts: int | None = None  # the destination batch's first timestamp
+        self.max_ts = -1
+        self.first_offset = -1
+        self.last: tuple[bytes, RecordAt, int, int] | None = None  # the last record, placed
+        self.last_offset = -1
+
+    def run(self, group: list[_Member], origin: Origin, codec: int) -> DestBatch | None:
+        for member in group:
+            self._take(member)
+        if self.last is None or self.base_ts is None:
+            return None  # every record lay before `start`
+        records, at, ts_delta, offset_delta = self.last
+        provenance = provenance_header(
+            origin.cluster, origin.topic, origin.partition, self.first_offset, self.last_offset
+        )
+        self.frames[-1] = with_header(records, at, ts_delta, offset_delta, provenance)
+        part = b"".join(self.frames)
+        count = len(self.frames)
+        payload = _finish(part, codec, count, self.base_ts, self.max_ts)
+        return DestBatch(payload, count, self.first_offset, self.last_offset, len(part), False)
+
+    def _take(self, member: _Member) -> None:
+        batch, records = member.batch, member.records
+        header = batch.header
+        append_time = header.max_timestamp if batch.log_append_time else None
+        frames = self.frames
+        base_offset, first_ts = header.base_offset, header.first_timestamp
+        pos = 0
+        for _ in range(header.record_count):
+            at = parse_at(records, pos)
+            pos = at.end
+            offset = base_offset + at.offset_delta
+            if offset < self.start:
+                continue
+            ts = first_ts + at.timestamp_delta if append_time is None else append_time
+            if self.base_ts is None:
+                self.base_ts, self.first_offset = ts, offset
+            ts_delta, offset_delta = ts - self.base_ts, len(frames)
+            if ts > self.max_ts:
+                self.max_ts = ts
+            if ts_delta == at.timestamp_delta and offset_delta == at.offset_delta:
+                frames.append(memoryview(records)[at.start : at.end])
+            else:
+                frames.append(reframe(records, at, ts_delta, offset_delta))
+            self.last = (records, at, ts_delta, offset_delta)
+            self.last_offset = offset
+        if pos != len(records):
+            raise UnsupportedBatch(f"the batch at offset {base_offset} has bytes after its records")

@@ -1,0 +1,101 @@
+"""Records inside a decompressed records part: walked by their length varints, re-framed only
+where an offset or timestamp delta changes, and one header appended to a record.
+
+    Record => length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+              | keyLength varint | key | valueLength varint | value | headerCount varint
+              | (headerKeyLength varint | headerKey | headerValueLength varint | headerValue)*
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from relay.batches.varint import encode_varint, read_varint
+
+
+class RecordAt(NamedTuple):
+    """Where one record sits in a records part, with the two deltas a rebuild may change."""
+
+    start: int  # its length varint
+    body: int  # its attributes byte
+    timestamp_delta: int
+    offset_delta: int
+    rest: int  # its key length varint: key, value and headers follow, unchanged
+    end: int
+
+
+def parse_at(buf: bytes, pos: int) -> RecordAt:
+    length, body = read_varint(buf, pos)
+    timestamp_delta, p = read_varint(buf, body + 1)
+    offset_delta, rest = read_varint(buf, p)
+    return RecordAt(pos, body, timestamp_delta, offset_delta, rest, body + length)
+
+
+def last_record_start(buf: bytes, count: int) -> int:
+    """Where the last of `count` records starts: only the length varints are read."""
+    pos = 0
+    for _ in range(count - 1):
+        length, pos = read_varint(buf, pos)
+        pos += length
+    return pos
+
+
+def reframe(buf: bytes, at: RecordAt, timestamp_delta: int, offset_delta: int) -> bytes:
+    """The record with new deltas: the key, value and headers bytes are reused as they are."""
+    body = b"".join(
+        (
+            buf[at.body : at.body + 1],
+            encode_varint(timestamp_delta),
+            encode_varint(offset_delta),
+            buf[at.rest : at.end],
+        )
+    )
+    return encode_varint(len(body)) + body
+
+
+def with_header(
+    buf: bytes, at: RecordAt, timestamp_delta: int, offset_delta: int, header: bytes
+) -> bytes:
+    """The record with new deltas and one more header (`header`: an encoded key and value),
+    appended after its own headers so that it is the record's last."""
+    pos = at.rest
+    key_length, pos = read_varint(buf, pos)
+    pos += max(key_length, 0)
+    value_length, pos = read_varint(buf, pos)
+    pos += max(value_length, 0)
+    count, headers = read_varint(buf, pos)
+    body = b"".join(
+        (
+            buf[at.body : at.body + 1],
+            encode_varint(timestamp_delta),
+            encode_varint(offset_delta),
+            buf[at.rest : pos],
+            encode_varint(count + 1),
+            buf[headers : at.end],
+            header,
+        )
+    )
+    return encode_varint(len(body)) + body
+
+
+def encode_header(key: str, value: bytes) -> bytes:
+    name = key.encode()
+    return b"".join((encode_varint(len(name)), name, encode_varint(len(value)), value))
+
+
+def headers_at(buf: bytes, at: RecordAt) -> list[tuple[str, bytes | None]]:
+    """The headers of one record, decoded (used on a batch's last record only)."""
+    pos = at.rest
+    for _ in range(2):  # key, then value
+        length, pos = read_varint(buf, pos)
+        pos += max(length, 0)
+    count, pos = read_varint(buf, pos)
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        length, pos = read_varint(buf, pos)
+        name = buf[pos : pos + length].decode()
+        pos += length
+        length, pos = read_varint(buf, pos)
+        headers.append((name, bytes(buf[pos : pos + length]) if length >= 0 else None))
+        pos += max(length, 0)
+    return headers

@@ -1,0 +1,322 @@
+"""relay.batches on crafted batch bytes: built with kafka-python's DefaultRecordBatchBuilder (or
+patched by hand where a producer cannot write them: control batches, LogAppendTime, compaction
+gaps), rebuilt, and read back with kafka-python's DefaultRecordBatch."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import pytest
+from crc32c import crc32c
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from relay.batches import (
+    Origin,
+    Provenance,
+    SourceBatch,
+    UnsupportedBatch,
+    batch_provenance,
+    codecs,
+    format_range,
+    parse_provenance,
+    rebuild,
+    split_batches,
+    stamp_producer,
+)
+from relay.batches.records import last_record_start
+from relay.batches.varint import encode_varint, read_varint
+
+ORIGIN = Origin("src", "orders", 3)
+T0 = 1_700_000_000_000
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+class Rec(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def recs(first: int, count: int, step: int = 1, size: int = 100) -> list[Rec]:
+    out = []
+    for i in range(count):
+        offset = first + i * step
+        value = (b"v%08d-" % offset) * (size // 10)
+        headers: list[tuple[str, bytes | None]] = [("h1", b"x%d" % offset), ("h2", None)]
+        out.append(Rec(offset, T0 + offset * 7, b"k%d" % offset, value, headers))
+    return out
+
+
+def make_batch(
+    records: Sequence[Rec],
+    codec: str = "none",
+    *,
+    attributes: int = 0,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+) -> bytes:
+    """One batch at base offset records[0].offset; `attributes` bits OR-ed in afterwards."""
+    base = records[0].offset
+    builder = DefaultRecordBatchBuilder(
+        2, codecs.BY_NAME[codec], bool(attributes & 0x10), *producer, batch_size=1 << 30
+    )
+    for r in records:
+        builder.append(r.offset - base, r.timestamp, r.key, r.value, r.headers)
+    buf = builder.build()
+    struct.pack_into(">q", buf, 0, base)
+    if attributes:
+        (old,) = struct.unpack_from(">h", buf, 21)
+        struct.pack_into(">h", buf, 21, old | attributes)
+        struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
+    return bytes(buf)
+
+
+def control_batch(offset: int, commit: bool = True) -> bytes:
+    marker = Rec(offset, T0, struct.pack(">hh", 0, int(commit)), b"\x00\x00\x00\x00\x00\x00", [])
+    return make_batch([marker], attributes=0x30, producer=(7, 0, 5))
+
+
+def read_back(payload: bytes | bytearray) -> tuple[DefaultRecordBatch, list[Any]]:
+    batch = DefaultRecordBatch(bytes(payload))
+    assert batch.validate_crc()
+    return batch, list(batch)
+
+
+def provenance_of(headers: list[tuple[str, bytes | None]]) -> Provenance | None:
+    values = [v for k, v in headers if k == "ktm.src"]
+    return parse_provenance(values[-1]) if values and values[-1] is not None else None
+
+
+def check_rebuilt(
+    data: bytes, start: int, expected: list[Rec], codec: str = "none", budget: int = 1 << 18
+) -> list[list[Rec]]:
+    """Rebuild, read every destination batch back, compare every record with `expected`
+    (offsets now 0..n-1 per batch, provenance on each batch's last record); returns the
+    expected records grouped as the destination batches hold them."""
+    batches, used = split_batches(data)
+    assert used == len(data)
+    rebuilt = rebuild(batches, start, ORIGIN, codecs.BY_NAME[codec], budget)
+    pos = 0
+    groups = []
+    for dest in rebuilt.batches:
+        batch, records = read_back(dest.payload)
+        want = expected[pos : pos + len(records)]
+        pos += len(records)
+        groups.append(want)
+        assert batch.records_count == dest.count == len(want)
+        assert batch.last_offset_delta == dest.count - 1
+        assert (batch.producer_id, batch.base_sequence, batch.is_transactional) == (-1, -1, False)
+        assert batch.timestamp_type == 0
+        assert batch.max_timestamp == max(r.timestamp for r in want)
+        for index, (got, rec) in enumerate(zip(records, want, strict=True)):
+            assert (got.offset, got.timestamp) == (index, rec.timestamp)
+            assert (got.key, got.value) == (rec.key, rec.value)
+            if index < len(want) - 1:
+                assert got.headers == rec.headers
+            else:
+                assert got.headers[:-1] == rec.headers
+                assert got.headers[-1] == (
+                    "ktm.src",
+                    format_range("src", "orders", 3, want[0].offset, rec.offset),
+                )
+        assert (dest.first_offset, dest.last_offset) == (want[0].offset, want[-1].offset)
+    assert pos == len(expected)
+    return groups
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_one_batch_of_each_codec_is_copied_and_reads_back(codec: str) -> None:
+    source = recs(40, 300)
+    data = make_batch(source, codec)
+    (batch,), _ = split_batches(data)
+    assert batch.codec == codecs.BY_NAME[codec] and batch.crc_ok()
+    check_rebuilt(data, 40, source, codec)
+    rebuilt = rebuild([batch], 40, ORIGIN, codecs.BY_NAME[codec])
+    (dest,) = rebuilt.batches
+    assert dest.copied and rebuilt.next_offset == 340
+    assert DefaultRecordBatch(bytes(dest.payload)).compression_type == codecs.BY_NAME[codec]
+
+
+@pytest.mark.parametrize("source_codec", CODECS)
+@pytest.mark.parametrize("target_codec", ["none", "zstd"])
+def test_the_codec_changes_between_source_and_destination(
+    source_codec: str, target_codec: str
+) -> None:
+    source = recs(0, 200)
+    check_rebuilt(make_batch(source, source_codec), 0, source, target_codec)
+
+
+def test_the_copied_records_part_is_the_source_bytes_but_the_last_record() -> None:
+    source = recs(10, 50)
+    data = make_batch(source)
+    (dest,) = rebuild(split_batches(data)[0], 0, ORIGIN).batches
+    last_start = 61 + last_record_start(data[61:], 50)
+    assert last_start < len(data) - 100
+    assert bytes(dest.payload[61:last_start]) == data[61:last_start]
+    assert struct.unpack_from(">qq", dest.payload, 27) == struct.unpack_from(">qq", data, 27)
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_compaction_gaps_inside_a_batch_are_rebased(codec: str) -> None:
+    source = recs(100, 40, step=3)  # offsets 100, 103, ...: lastOffsetDelta 117, 40 records
+    data = make_batch(source, codec)
+    (batch,), _ = split_batches(data)
+    assert not batch.contiguous and batch.next_offset == 218
+    check_rebuilt(data, 100, source, codec)
+    rebuilt = rebuild([batch], 100, ORIGIN)
+    assert not rebuilt.batches[0].copied and rebuilt.next_offset == 218
+
+
+def test_control_batches_are_never_copied_and_transactional_data_is() -> None:
+    txn = recs(0, 5)
+    aborted = recs(6, 3)
+    after = recs(10, 4)
+    data = (
+        make_batch(txn, attributes=0x10, producer=(7, 0, 0))
+        + control_batch(5, commit=True)
+        + make_batch(aborted, attributes=0x10, producer=(7, 0, 5))
+        + control_batch(9, commit=False)
+        + make_batch(after)
+    )
+    batches, _ = split_batches(data)
+    assert [b.is_control for b in batches] == [False, True, False, True, False]
+    # read_uncommitted: aborted records arrive too, markers never (module docstring)
+    groups = check_rebuilt(data, 0, txn + aborted + after)
+    assert len(groups) == 1
+    assert rebuild(batches, 0, ORIGIN).next_offset == 14
+
+
+def test_a_fetch_ending_on_markers_moves_the_next_offset_past_them() -> None:
+    data = make_batch(recs(0, 2)) + control_batch(2)
+    rebuilt = rebuild(split_batches(data)[0], 2, ORIGIN)
+    assert rebuilt.batches == [] and rebuilt.next_offset == 3
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_a_mid_batch_start_drops_the_records_before_it(codec: str) -> None:
+    source = recs(1000, 100)
+    data = make_batch(source[:60], codec) + make_batch(source[60:], codec)
+    groups = check_rebuilt(data, 1037, source[37:], codec)
+    assert groups[0][0].offset == 1037
+    # the first destination batch starts with the record at 1037: timestamps rebased on it
+    dest = rebuild(split_batches(data)[0], 1037, ORIGIN).batches[0]
+    assert DefaultRecordBatch(bytes(dest.payload)).first_timestamp == source[37].timestamp
+
+
+def test_batches_wholly_before_the_start_are_skipped() -> None:
+    source = recs(0, 30)
+    data = make_batch(source[:10]) + make_batch(source[10:20]) + make_batch(source[20:])
+    check_rebuilt(data, 20, source[20:])
+    (dest,) = rebuild(split_batches(data)[0], 20, ORIGIN).batches
+    assert dest.copied
+
+
+def test_many_one_record_batches_merge_up_to_the_budget() -> None:
+    source = recs(0, 1000)
+    data = b"".join(make_batch([r]) for r in source)
+    groups = check_rebuilt(data, 0, source, budget=16 * 1024)
+    sizes = [len(g) for g in groups]
+    assert len(groups) > 1 and sum(sizes) == 1000
+    rebuilt = rebuild(split_batches(data)[0], 0, ORIGIN, budget=16 * 1024)
+    assert all(d.records_size <= 16 * 1024 for d in rebuilt.batches)
+    assert not any(d.copied for d in rebuilt.batches)
+
+
+def test_merged_compressed_batches_of_different_codecs() -> None:
+    source = recs(0, 100)
+    data = b"".join(make_batch(source[i : i + 20], CODECS[i // 20]) for i in range(0, 100, 20))
+    assert len(check_rebuilt(data, 0, source, "lz4")) == 1
+
+
+def test_a_batch_larger_than_the_budget_stays_whole() -> None:
+    source = recs(0, 500)
+    data = make_batch(source[:400]) + make_batch(source[400:])
+    groups = check_rebuilt(data, 0, source, budget=1024)
+    assert [len(g) for g in groups] == [400, 100]
+
+
+def test_log_append_time_becomes_create_time_of_the_append_time() -> None:
+    source = recs(0, 20)
+    data = bytearray(make_batch(source, attributes=0x08))
+    append_time = T0 + 999_999
+    struct.pack_into(">q", data, 35, append_time)  # maxTimestamp: the broker's append time
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    (batch,), _ = split_batches(data)
+    assert batch.log_append_time and batch.crc_ok()
+    kept = [r._replace(timestamp=append_time) for r in source]
+    check_rebuilt(bytes(data), 0, kept)
+    assert list(DefaultRecordBatch(bytes(data)))[3].timestamp == append_time  # what a consumer saw
+
+
+def test_a_trailing_partial_batch_is_left_for_the_next_fetch() -> None:
+    whole = make_batch(recs(0, 10)) + make_batch(recs(10, 10))
+    for cut in (1, 11, 20, 60, 100):
+        batches, used = split_batches(whole + make_batch(recs(20, 10))[:cut])
+        assert [b.base_offset for b in batches] == [0, 10] and used == len(whole)
+    assert split_batches(b"")[0] == []
+
+
+def test_old_message_formats_and_bad_crcs_are_refused() -> None:
+    data = bytearray(make_batch(recs(0, 3)))
+    old = bytearray(data)
+    old[16] = 1
+    with pytest.raises(UnsupportedBatch):
+        split_batches(old)
+    data[-1] ^= 0xFF
+    batches, _ = split_batches(data)
+    with pytest.raises(UnsupportedBatch, match="CRC"):
+        rebuild(batches, 0, ORIGIN)
+
+
+def test_stamping_the_producer_fields_keeps_the_crc_valid() -> None:
+    (dest,) = rebuild(split_batches(make_batch(recs(0, 5)))[0], 0, ORIGIN).batches
+    payload = dest.payload
+    stamp_producer(payload, 4242, 3, 17, False)
+    batch, records = read_back(payload)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (4242, 3, 17)
+    assert batch.last_sequence == 21 and len(records) == 5
+
+
+def test_provenance_header_formats_round_trip() -> None:
+    assert parse_provenance(format_range("a/b", "t", 2, 5, 9)) == Provenance("a/b", "t", 2, 5, 9)
+    assert parse_provenance(b"src/orders/3/41") == Provenance("src", "orders", 3, 41, 41)
+    old = parse_provenance(b"src/orders/3/41")  # the old per-record format
+    assert old is not None and old.next_offset == 42
+    for bad in (b"nope", b"c/t/x/1", b"c/t/1/9-5", b"c/t/1/-5", b"\xff/t/1/2", b"c/t/1/1-2-3"):
+        assert parse_provenance(bad) is None
+
+
+def test_batch_provenance_reads_the_last_record_of_a_destination_batch() -> None:
+    source = recs(0, 10)
+    source[-1].headers.append(("ktm.src", b"upstream/orders/0/77"))  # an earlier hop's header
+    (dest,) = rebuild(split_batches(make_batch(source, "gzip"))[0], 0, ORIGIN).batches
+    (batch,), _ = split_batches(dest.payload)
+    assert batch_provenance(batch) == Provenance("src", "orders", 3, 0, 9)
+    _, records = read_back(dest.payload)
+    assert provenance_of(records[-1].headers) == Provenance("src", "orders", 3, 0, 9)
+    # an older destination: every record carries its own offset; the last one resumes exactly
+    old = [r._replace(headers=[("ktm.src", b"src/orders/3/%d" % r.offset)]) for r in source]
+    (batch,), _ = split_batches(make_batch(old))
+    assert batch_provenance(batch) == Provenance("src", "orders", 3, 9, 9)
+
+
+def test_null_keys_values_and_header_values_survive() -> None:
+    source = [
+        Rec(i, T0 + i, None if i % 2 else b"k", None if i % 3 else b"v", []) for i in range(9)
+    ]
+    check_rebuilt(make_batch(source), 0, source)
+    check_rebuilt(b"".join(make_batch([r]) for r in source), 0, source)
+
+
+@pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 300, -300, 2**31, -(2**40), 2**62])
+def test_varints_round_trip(n: int) -> None:
+    assert read_varint(encode_varint(n) + b"\x00", 0) == (n, len(encode_varint(n)))
+
+
+def test_source_batches_are_views_not_copies() -> None:
+    data = bytearray(make_batch(recs(0, 3)) + make_batch(recs(3, 3)))
+    batches, _ = split_batches(data)
+    assert all(isinstance(b, SourceBatch) and b.data.obj is data for b in batches)
