@@ -1,0 +1,206 @@
+"""Hand batches built by `relay.batches` to kafka-python's producer, one destination partition
+at a time, with idempotence, acks, retries and ordering left to kafka-python.
+
+What kafka-python 3.0 does with a batch, read from its sources:
+- `RecordAccumulator` keeps a deque of `ProducerBatch` per partition; `ProducerBatch` holds a
+  `MemoryRecordsBuilder` (`batch.records`) and a `produce_future`.
+- The sender's `drain_batches_for_one_node` pops the first batch of a partition and, unless it
+  is a retry, calls `records.set_producer_state(producer id, epoch, next sequence, txn)`, moves
+  the partition's sequence on by `records.next_offset()` (the record count), then
+  `records.close()`, which builds the bytes (`DefaultRecordBatchBuilder.write_header` stamps the
+  producer fields and computes the CRC). The produce request carries `records.buffer()`.
+- A retry re-enqueues the same, closed batch: same bytes, same sequence, so the broker
+  de-duplicates it; a batch whose producer id or epoch changed is failed, never re-stamped.
+- On success `batch.complete(base_offset, log_append_time)` resolves `produce_future` with
+  `(base_offset, log_append_time, record_errors)`.
+
+So the seam is the builder: `PrebuiltRecords` stands in for `MemoryRecordsBuilder` holding a
+finished batch. It takes no records (`append` returns None: a record `send()`s afterwards opens
+a new batch), counts as full (sent without lingering), accepts the producer state until it is
+closed, and on `close()` writes producer id, epoch and base sequence into the header and
+recomputes the CRC (`relay.batches.stamp_producer`), exactly where kafka-python's builder does.
+Everything else (sequence numbers, in-flight limits, retries, delivery timeout, acks=all,
+metadata, TLS/SASL) stays kafka-python's. For that, a batch's offset deltas must run
+0..count-1 (the broker checks last sequence = base sequence + lastOffsetDelta): `relay.batches`
+guarantees it.
+
+One case kafka-python cannot handle the same way: a broker refusing a batch as too large makes
+the sender *split* it (`split_and_reenqueue`) into record batches it builds itself, dropping the
+original future; the provenance header would then end only the second half. `BatchDelivery`
+reports such a batch as failed (the round is retried and resumes from the destination), and
+destination batches stay within `[target].batch_size`, far below broker limits by default.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kafka import KafkaProducer, TopicPartition
+from kafka.errors import IllegalStateError, RecordListTooLargeError
+from kafka.producer.producer_batch import ProducerBatch
+from kafka.record.memory_records import MemoryRecords
+
+from relay.batches import DestBatch, stamp_producer
+from relay.clients.producer import Delivery, producer_settings
+from relay.config import TargetConfig
+
+
+class PrebuiltRecords:
+    """A finished batch where kafka-python expects a `MemoryRecordsBuilder` (see the module
+    docstring for which of its methods the accumulator and the sender call)."""
+
+    __slots__ = ("_buffer", "_count", "_raw_size", "_closed", "_state")
+
+    def __init__(self, batch: DestBatch):
+        self._buffer = bytearray(batch.payload)  # stamped in place on close
+        self._count = batch.count
+        self._raw_size = max(1, batch.records_size)
+        self._closed = False
+        self._state: tuple[int, int, int, bool] = (-1, -1, -1, False)
+
+    def append(self, *args: Any, **kwargs: Any) -> None:
+        return None  # full: a record sent to this partition goes to a new batch
+
+    def is_full(self) -> bool:
+        return True
+
+    def set_producer_state(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, is_transactional: bool
+    ) -> None:
+        if self._closed:  # what kafka-python's builder does: re-stamping could duplicate
+            raise IllegalStateError("producer state set on a closed (already sent) batch")
+        self._state = (producer_id, producer_epoch, base_sequence, is_transactional)
+
+    @property
+    def producer_id(self) -> int:
+        return self._state[0]
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._state[1]
+
+    @property
+    def base_sequence(self) -> int:
+        return self._state[2]
+
+    def close(self) -> None:
+        if not self._closed:  # called again on retries and expiry: stamp once
+            self._closed = True
+            stamp_producer(self._buffer, *self._state)
+
+    def next_offset(self) -> int:
+        return self._count  # the record count: how far the partition's sequence moves
+
+    def size_in_bytes(self) -> int:
+        return len(self._buffer)
+
+    def compression_rate(self) -> float:
+        return len(self._buffer) / self._raw_size
+
+    def buffer(self) -> bytearray:
+        return self._buffer
+
+    def records(self) -> MemoryRecords:
+        return MemoryRecords(bytes(self._buffer))
+
+
+class BatchDelivery(Delivery):
+    """How one produced batch ended; once acknowledged, the offset the broker gave it."""
+
+    __slots__ = ("_producer_batch", "_incomplete")
+
+    def __init__(self, producer_batch: ProducerBatch, incomplete: Any):
+        super().__init__(producer_batch.produce_future, True)
+        self._producer_batch = producer_batch
+        self._incomplete = incomplete
+
+    def error(self) -> BaseException | None:
+        found = super().error()
+        if found is None and not self.done and self._split():
+            return RecordListTooLargeError("the broker refused the batch as too large")
+        return found
+
+    def _split(self) -> bool:
+        """Dropped by the accumulator without completing: split by the sender."""
+        with self._incomplete._lock:
+            gone = self._producer_batch not in self._incomplete._incomplete
+        return gone and not self._future.is_done  # a completed batch is dropped after completing
+
+    @property
+    def base_offset(self) -> int | None:
+        if not self.acked():
+            return None
+        return int(self._future.value[0])
+
+
+def has_batch_internals(producer: KafkaProducer) -> bool:
+    """kafka-python 3.0's accumulator and sender as this module uses them (pinned in setup.cfg);
+    without them, or with a transactional producer, relay records instead."""
+    acc = getattr(producer, "_accumulator", None)
+    needed = ("_tp_lock", "_batches", "_incomplete", "_appends_in_progress", "config")
+    if acc is None or not all(hasattr(acc, name) for name in needed):
+        return False
+    if acc.config.get("message_version") != 2 or not hasattr(acc._incomplete, "_incomplete"):
+        return False
+    if not (hasattr(producer, "_sender") and hasattr(producer, "_wait_on_metadata")):
+        return False
+    manager = getattr(producer, "_transaction_manager", None)
+    return manager is None or not manager.is_transactional()
+
+
+def append_batches(
+    producer: KafkaProducer, topic: str, partition: int, batches: Sequence[DestBatch]
+) -> list[BatchDelivery]:
+    """Queue built batches, in order, behind whatever the partition already holds; one
+    delivery per batch. The caller checked `has_batch_internals`."""
+    if not batches:
+        return []
+    partitions = producer._metadata.partitions_for_topic(topic)
+    if partitions is None:
+        partitions = producer._wait_on_metadata(topic, producer.config["max_block_ms"])
+    if partition not in partitions:
+        raise ValueError(f"{topic} has no partition {partition}")
+    acc = producer._accumulator
+    tp = TopicPartition(topic, partition)
+    now = time.monotonic()
+    deliveries = []
+    acc._appends_in_progress.increment()
+    try:
+        with acc._tp_lock(tp):
+            if acc._closed:
+                raise IllegalStateError("the producer is closed")
+            dq = acc._batches[tp]
+            for built in batches:
+                producer_batch = ProducerBatch(tp, PrebuiltRecords(built), now=now)
+                dq.append(producer_batch)
+                acc._incomplete.add(producer_batch)
+                deliveries.append(BatchDelivery(producer_batch, acc._incomplete))
+    finally:
+        acc._appends_in_progress.decrement()
+    producer._sender.wakeup()
+    return deliveries
+
+
+class BatchProducer:
+    """An idempotent producer that sends built batches (tests, the benchmark; the relay's
+    `Producer` can call `append_batches` on its own KafkaProducer)."""
+
+    def __init__(self, target: TargetConfig):
+        self.producer = KafkaProducer(**producer_settings(target))
+        if not has_batch_internals(self.producer):
+            self.producer.close(timeout=1)
+            raise RuntimeError("kafka-python internals changed: cannot send built batches")
+        self._closed = False
+
+    def send(self, topic: str, partition: int, batches: Sequence[DestBatch]) -> list[BatchDelivery]:
+        return append_batches(self.producer, topic, partition, batches)
+
+    def flush(self, timeout: float) -> None:
+        self.producer.flush(timeout=timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        if not self._closed:
+            self._closed = True
+            self.producer.close(timeout=timeout)

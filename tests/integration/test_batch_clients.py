@@ -1,0 +1,174 @@
+"""The batch path's client seams against real brokers: records produced by kafka-python (every
+codec, multi-record and one-record batches) are fetched as raw batches (batch_fetch), rebuilt
+(relay.batches) and produced as built batches (batch_produce) to another cluster, then read back
+with a plain KafkaConsumer and compared record by record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from relay.batches import DestBatch, Origin, Provenance, codecs, rebuild, split_batches
+from relay.batches.provenance import parse_provenance
+from relay.clients.batch_fetch import BatchFetcher
+from relay.clients.batch_produce import BatchDelivery, BatchProducer
+from relay.config import ClusterConfig, TargetConfig
+from tests.conftest import BrokerFactory
+from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+T0 = 1_700_000_000_000
+# partition: how kafka-python batches it (one record per batch for partition 0)
+SOURCE_CODECS = {0: None, 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+PER_PARTITION = 120
+MID_BATCH_START = {3: 37}  # a fetch that starts inside a batch: records before 37 are dropped
+
+
+def source_records(partition: int) -> list[Record]:
+    return [
+        Record(
+            key=b"k%d-%d" % (partition, i) if i % 9 else None,
+            value=(b"value %d/%d " % (partition, i)) * 8,
+            headers=[("trace", b"t%d" % i), ("app", b"ktm-test")],
+            partition=partition,
+            timestamp_ms=T0 + partition * 1000 + i,
+        )
+        for i in range(PER_PARTITION)
+    ]
+
+
+def produce_source(bootstrap: str, topic: str) -> None:
+    for partition, codec in SOURCE_CODECS.items():
+        settings: dict[str, Any] = {"compression_type": codec, "linger_ms": 50}
+        if partition == 0:
+            settings = {"batch_size": 1, "linger_ms": 0}  # a low-latency producer
+        produce(bootstrap, topic, source_records(partition), **settings)
+
+
+def fetch_all(
+    fetcher: BatchFetcher, starts: dict[tuple[str, int], int], on_batches: Callable[..., int]
+) -> None:
+    """Fetch every partition from its start to its high watermark, rebuilding as it goes."""
+    positions = dict(starts)
+    deadline = time.monotonic() + 30
+    done: set[tuple[str, int]] = set()
+    while len(done) < len(positions):
+        assert time.monotonic() < deadline, f"fetching did not reach the end: {positions}"
+        wanted = {k: v for k, v in positions.items() if k not in done}
+        for key, fetched in fetcher.fetch(wanted, timeout=5).items():
+            assert fetched.error is None, fetched.error
+            batches, _ = split_batches(fetched.data)
+            positions[key] = on_batches(key, batches, positions[key])
+            if positions[key] >= fetched.high_watermark:
+                done.add(key)
+
+
+def wait_acked(deliveries: list[BatchDelivery], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(d.done for d in deliveries) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(d.acked() for d in deliveries), [d.error() for d in deliveries if not d.acked()]
+
+
+def expected_copy(source: list[Record], built: list[DestBatch]) -> list[tuple[Any, ...]]:
+    """What the destination must hold: the source records in order, the last of each built
+    batch with the provenance range appended to its headers."""
+    by_offset = dict(enumerate(source))  # the source partitions start at offset 0
+    rows = []
+    for dest in built:
+        for offset in range(dest.first_offset, dest.last_offset + 1):
+            r = by_offset[offset]
+            headers = list(r.headers)
+            if offset == dest.last_offset:
+                prov = b"src/%s/%d/%d-%d" % (b"T", r.partition or 0, dest.first_offset, offset)
+                headers.append(("ktm.src", prov))
+            rows.append((r.key, r.value, headers, r.timestamp_ms))
+    return rows
+
+
+@pytest.mark.parametrize("target_codec", ["none", "zstd"])
+def test_batches_fetched_rebuilt_and_produced_arrive_exactly(
+    broker_factory: BrokerFactory, target_codec: str
+) -> None:
+    source, target = broker_factory("source"), broker_factory("target")
+    topic, dest_topic = unique_topic("batch-src"), unique_topic("batch-dst")
+    create_topic(source.bootstrap, topic, len(SOURCE_CODECS))
+    create_topic(target.bootstrap, dest_topic, len(SOURCE_CODECS))
+    produce_source(source.bootstrap, topic)
+
+    built: dict[int, list[DestBatch]] = {p: [] for p in SOURCE_CODECS}
+    seen: dict[int, set[tuple[int, int]]] = {p: set() for p in SOURCE_CODECS}  # (codec, count)
+
+    def on_batches(key: tuple[str, int], batches: list[Any], start: int) -> int:
+        origin = Origin("src", "T", key[1])  # "T": the provenance names a fixed topic
+        rebuilt = rebuild(batches, start, origin, codecs.BY_NAME[target_codec], budget=4096)
+        built[key[1]] += rebuilt.batches
+        seen[key[1]].update((b.codec, b.header.record_count) for b in batches)
+        return rebuilt.next_offset
+
+    fetcher = BatchFetcher(ClusterConfig("src", (source.bootstrap,)))
+    try:
+        starts = {(topic, p): MID_BATCH_START.get(p, 0) for p in SOURCE_CODECS}
+        fetch_all(fetcher, starts, on_batches)
+    finally:
+        fetcher.close()
+    assert seen[0] == {(codecs.NONE, 1)}
+    assert len(built[0]) < PER_PARTITION / 4  # one-record batches were merged
+    for p, codec in list(SOURCE_CODECS.items())[1:]:
+        assert {c for c, _ in seen[p]} == {codecs.BY_NAME[str(codec)]}
+        assert max(n for _, n in seen[p]) > 1
+
+    producer = BatchProducer(TargetConfig(ClusterConfig("dst", (target.bootstrap,))))
+    try:
+        deliveries = {p: producer.send(dest_topic, p, built[p]) for p in SOURCE_CODECS}
+        producer.flush(timeout=30)
+        for p, sent in deliveries.items():
+            wait_acked(sent, timeout=10)
+            bases = [d.base_offset for d in sent]
+            counts = [b.count for b in built[p]]
+            assert bases == [sum(counts[:i]) for i in range(len(counts))]  # contiguous, from 0
+    finally:
+        producer.close()
+
+    arrived = read_all(target.bootstrap, dest_topic)
+    for p in SOURCE_CODECS:
+        wanted = expected_copy(source_records(p), built[p])
+        got = [(r.key, r.value, list(r.headers), r.timestamp) for r in arrived[p]]
+        assert got == wanted
+        assert len(got) == PER_PARTITION - MID_BATCH_START.get(p, 0)
+        last = parse_provenance(dict(arrived[p][-1].headers)["ktm.src"])
+        assert last == Provenance("src", "T", p, built[p][-1].first_offset, PER_PARTITION - 1)
+
+
+def test_the_sender_stamps_producer_id_and_sequences(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory("one")
+    topic, dest_topic = unique_topic("stamp-src"), unique_topic("stamp-dst")
+    create_topic(broker.bootstrap, topic, 1)
+    create_topic(broker.bootstrap, dest_topic, 1)
+    produce(broker.bootstrap, topic, [Record(b"k", b"v" * 50, partition=0)] * 60, batch_size=1)
+    cluster = ClusterConfig("c", (broker.bootstrap,))
+    fetcher = BatchFetcher(cluster)
+    try:
+        fetched = fetcher.fetch({(topic, 0): 0}, timeout=5)[(topic, 0)]
+        built = rebuild(split_batches(fetched.data)[0], 0, Origin("c", topic, 0), budget=1200)
+        producer = BatchProducer(TargetConfig(cluster))
+        try:
+            sent = producer.send(dest_topic, 0, built.batches)
+            producer.flush(timeout=30)
+            wait_acked(sent, timeout=10)
+        finally:
+            producer.close()
+        back = fetcher.fetch({(dest_topic, 0): 0}, timeout=5)[(dest_topic, 0)]
+    finally:
+        fetcher.close()
+    landed, _ = split_batches(back.data)
+    assert len(landed) == len(built.batches) > 1
+    assert all(b.crc_ok() and b.header.producer_id >= 0 for b in landed)
+    assert len({(b.header.producer_id, b.header.producer_epoch) for b in landed}) == 1
+    sequences = [b.header.base_sequence for b in landed]
+    counts = [b.header.record_count for b in landed]
+    assert sequences == [sum(counts[:i]) for i in range(len(counts))]
