@@ -8,9 +8,12 @@ a content size (the Java client streams them), gzip members.
 
 from __future__ import annotations
 
+import functools
 import gzip
+import importlib
 import io
 import struct
+import threading
 from typing import Any
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
@@ -23,13 +26,19 @@ _XERIAL_BLOCK = 32 * 1024  # the xerial library's default block (uncompressed by
 _GZIP_LEVEL = 6  # zlib's default, what the Java client uses; kafka-python's 9 is 3x slower
 
 
+# zstd contexts are costly to create (most of the time of a one-record batch) and must not be
+# shared between threads: one pair per thread.
+_local = threading.local()
+
+
 class CodecUnavailable(RuntimeError):
     """A batch uses a codec whose library is not installed."""
 
 
+@functools.cache
 def _library(name: str) -> Any:
     try:
-        return __import__(name, fromlist=["_"])
+        return importlib.import_module(name)
     except ImportError as exc:
         raise CodecUnavailable(f"{name} is needed for this batch's codec: {exc}") from exc
 
@@ -44,9 +53,7 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == LZ4:
         return bytes(_library("lz4.frame").decompress(data))
     if codec == ZSTD:
-        dctx = _library("zstandard").ZstdDecompressor()
-        with dctx.stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
-            return bytes(reader.read())
+        return _zstd_decode(data)
     raise ValueError(f"unknown compression codec {codec}")
 
 
@@ -65,7 +72,7 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == LZ4:
         return bytes(_library("lz4.frame").compress(data, block_linked=False))
     if codec == ZSTD:
-        return bytes(_library("zstandard").ZstdCompressor().compress(data))
+        return bytes(_zstd()[0].compress(data))
     raise ValueError(f"unknown compression codec {codec}")
 
 
@@ -80,3 +87,23 @@ def _snappy_decode(data: bytes) -> bytes:
         out.append(snappy.decompress(data[pos + 4 : pos + 4 + size]))
         pos += 4 + size
     return b"".join(out)
+
+
+def _zstd() -> tuple[Any, Any]:
+    contexts = getattr(_local, "zstd", None)
+    if contexts is None:
+        zstandard = _library("zstandard")
+        contexts = _local.zstd = (zstandard.ZstdCompressor(), zstandard.ZstdDecompressor())
+    return contexts
+
+
+def _zstd_decode(data: bytes | memoryview) -> bytes:
+    zstandard = _library("zstandard")
+    dctx = _zstd()[1]
+    if zstandard.frame_content_size(data) > 0:  # one call; else the size is not in the frame
+        try:
+            return bytes(dctx.decompress(data))
+        except zstandard.ZstdError:
+            pass  # several frames: only the first one's size is known
+    with dctx.stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
+        return bytes(reader.read())

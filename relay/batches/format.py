@@ -109,7 +109,10 @@ class SourceBatch:
 
     def records(self) -> bytes:
         """The records part, decompressed."""
-        return codecs.decompress(self.codec, self.data[HEADER_SIZE:])
+        codec = self.header.attributes & CODEC_MASK
+        if codec == codecs.NONE:
+            return bytes(self.data[HEADER_SIZE:])
+        return codecs.decompress(codec, self.data[HEADER_SIZE:])
 
 
 def split_batches(data: bytes | bytearray | memoryview) -> tuple[list[SourceBatch], int]:

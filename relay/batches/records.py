@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 from relay.batches.varint import encode_varint, read_varint
 
+_BYTE = [bytes((b,)) for b in range(256)]  # an attributes byte as bytes, without slicing
+
 
 class RecordAt(NamedTuple):
     """Where one record sits in a records part, with the two deltas a rebuild may change."""
@@ -40,17 +42,12 @@ def last_record_start(buf: bytes, count: int) -> int:
     return pos
 
 
-def reframe(buf: bytes, at: RecordAt, timestamp_delta: int, offset_delta: int) -> bytes:
-    """The record with new deltas: the key, value and headers bytes are reused as they are."""
-    body = b"".join(
-        (
-            buf[at.body : at.body + 1],
-            encode_varint(timestamp_delta),
-            encode_varint(offset_delta),
-            buf[at.rest : at.end],
-        )
-    )
-    return encode_varint(len(body)) + body
+def reframe(buf: bytes, body: int, rest: int, end: int, ts_delta: int, offset_delta: int) -> bytes:
+    """The record at `body` (its attributes byte) with new deltas: its key, value and headers
+    bytes (`rest` to `end`) are reused as they are."""
+    ts_bytes, offset_bytes = encode_varint(ts_delta), encode_varint(offset_delta)
+    size = 1 + len(ts_bytes) + len(offset_bytes) + end - rest
+    return b"".join((encode_varint(size), _BYTE[buf[body]], ts_bytes, offset_bytes, buf[rest:end]))
 
 
 def with_header(

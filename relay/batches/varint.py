@@ -38,6 +38,8 @@ def encode_varint(n: int) -> bytes:
     if small is not None:
         return small
     z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    if z < 0x4000:  # two bytes: offset deltas of merged batches, timestamp deltas in ms
+        return bytes((z & 0x7F | 0x80, z >> 7))
     out = bytearray()
     while z >= 0x80:
         out.append((z & 0x7F) | 0x80)
