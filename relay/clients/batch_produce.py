@@ -60,7 +60,7 @@ class PrebuiltRecords:
         self._closed = False
         self._state: tuple[int, int, int, bool] = (-1, -1, -1, False)
 
-    def append(self, *args: Any, **kwargs: Any) -> None:
+    def append(self, *args: Any, **kwargs: Any) -> object | None:
         return None  # full: a record sent to this partition goes to a new batch
 
     def is_full(self) -> bool:

@@ -320,3 +320,35 @@ def test_source_batches_are_views_not_copies() -> None:
     data = bytearray(make_batch(recs(0, 3)) + make_batch(recs(3, 3)))
     batches, _ = split_batches(data)
     assert all(isinstance(b, SourceBatch) and b.data.obj is data for b in batches)
+
+
+def test_big_copyable_batches_are_copied_alone_and_small_ones_merged() -> None:
+    source = recs(0, 430)
+    data = (
+        make_batch(source[:200])  # ~27 KiB: over 1/16 of a 256 KiB budget
+        + b"".join(make_batch([r]) for r in source[200:230])
+        + make_batch(source[230:])
+    )
+    groups = check_rebuilt(data, 0, source)
+    assert [len(g) for g in groups] == [200, 30, 200]
+    rebuilt = rebuild(split_batches(data)[0], 0, ORIGIN)
+    assert [d.copied for d in rebuilt.batches] == [True, False, True]
+
+
+def test_prebuilt_records_stand_in_for_kafka_pythons_builder() -> None:
+    from kafka.errors import IllegalStateError
+
+    from relay.clients.batch_produce import PrebuiltRecords
+
+    (dest,) = rebuild(split_batches(make_batch(recs(0, 7)))[0], 0, ORIGIN).batches
+    records = PrebuiltRecords(dest)
+    assert records.append(0, b"k", b"v", []) is None and records.is_full()
+    assert records.next_offset() == 7  # how far the sender moves the partition's sequence
+    records.set_producer_state(99, 2, 40, False)
+    records.close()
+    records.close()  # a retry closes again: stamped once, bytes unchanged
+    with pytest.raises(IllegalStateError):
+        records.set_producer_state(99, 3, 0, False)
+    batch, got = read_back(records.buffer())
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (99, 2, 40)
+    assert len(got) == 7 and bytes(dest.payload) != bytes(records.buffer())
