@@ -103,8 +103,10 @@ def rebuild(
     codec: int = codecs.NONE,
     budget: int = DEFAULT_BUDGET,
 ) -> Rebuilt:
-    """Destination batches for the records at or after `start`, in order."""
-    groups: list[list[_Member]] = []
+    """Destination batches for the records at or after `start`, in order. Each is built as
+    soon as it is complete: one destination batch's records are held at a time."""
+    built: list[DestBatch] = []
+    group: list[_Member] = []
     size = 0
     room = budget - _PROVENANCE_ROOM
     next_offset = start
@@ -117,23 +119,25 @@ def rebuild(
             continue
         member = _Member(batch, start)
         cost = len(member.records) + _GROWTH_PER_RECORD * header.record_count
-        if member.copyable and cost >= room // _COPY_FRACTION:
-            groups.append([member])  # big enough alone: copied, not merged
-            size = room  # nothing joins it
-        elif not groups or size + cost > room:
-            groups.append([member])
-            size = cost
+        alone = member.copyable and cost >= room // _COPY_FRACTION  # copied, never merged
+        if group and (alone or size + cost > room):
+            built += _build(group, start, origin, codec)
+            group, size = [], 0
+        if alone:
+            built += _build([member], start, origin, codec)
         else:
-            groups[-1].append(member)
+            group.append(member)
             size += cost
-    built = [_build(group, start, origin, codec) for group in groups]
-    return Rebuilt([b for b in built if b is not None], next_offset)
+    if group:
+        built += _build(group, start, origin, codec)
+    return Rebuilt(built, next_offset)
 
 
-def _build(group: list[_Member], start: int, origin: Origin, codec: int) -> DestBatch | None:
+def _build(group: list[_Member], start: int, origin: Origin, codec: int) -> list[DestBatch]:
     if len(group) == 1 and group[0].copyable:
-        return _copy(group[0], origin, codec)
-    return _Rebase(start).run(group, origin, codec)
+        return [_copy(group[0], origin, codec)]
+    rebased = _Rebase(start).run(group, origin, codec)
+    return [rebased] if rebased is not None else []
 
 
 def _copy(member: _Member, origin: Origin, codec: int) -> DestBatch:
