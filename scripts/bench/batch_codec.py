@@ -3,7 +3,8 @@ fetched source batches into destination batches, no broker involved.
 
 (a) today's path: kafka-python decodes every record into an object (`DefaultRecordBatch`), the
     relay appends a `ktm.src` header per record, and `DefaultRecordBatchBuilder` encodes them
-    again into batches of up to 256 KiB;
+    again into batches of up to 256 KiB. Only the codec work: the consumer's ConsumerRecord
+    objects, deserializers and the producer's per-record bookkeeping come on top in the relay;
 (b) the batch path: `relay.batches.split_batches` + `rebuild` (provenance per batch);
 (c) only if aiokafka is importable: (a) with aiokafka's Cython record codec in place of
     kafka-python's (aiokafka is no dependency of ktm: run this in a throwaway venv to see it).
@@ -16,6 +17,8 @@ compressed; the destination uses the source's codec. Prints the median and range
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import struct
 import time
@@ -27,7 +30,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from relay.batches import Origin, codecs, rebuild, split_batches
 from scripts.bench.data import record_fields
-from scripts.bench.machine import header
+from scripts.bench.machine import code_version, cpu_model, load_average, ram_gib
 
 PARTITIONS = 4
 BUDGET = 256 * 1024
@@ -146,9 +149,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=40_000, help="records per case, all parts")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    settings = f"{args.runs} runs per path and case, {args.records} records over 4 partitions"
-    print(header(settings, "relay.batches (no broker)"))
-    print("CPU: time.process_time() of this process; source bytes per record in the last column")
+    print(
+        f"batch codec benchmark {time.strftime('%Y-%m-%d %H:%M:%S')}: {os.cpu_count()} CPUs "
+        f"({cpu_model()}), {ram_gib():.1f} GiB RAM, Python {platform.python_version()}, "
+        f"load average {load_average()}\n{code_version()}\n"
+        f"{args.runs} runs per path and case (after one warm-up), {args.records} records "
+        "over 4 partitions, no broker; CPU: time.process_time() of this process"
+    )
     measure(args.records, args.runs)
 
 
