@@ -70,6 +70,7 @@ class DestBatch:
     last_offset: int  # the last source offset it holds (the provenance range's end)
     records_size: int  # bytes of records before compression
     copied: bool  # the source records part was reused (see the module docstring)
+    max_timestamp: int  # its records' latest timestamp (latency samples)
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ def _copy(member: _Member, origin: Origin, codec: int) -> DestBatch:
         batch.last_offset,
         len(part),
         True,
+        header.max_timestamp,
     )
 
 
@@ -194,7 +196,9 @@ class _Rebase:
         part = b"".join(self.frames)
         count = len(self.frames)
         payload = _finish(part, codec, count, self.base_ts, self.max_ts)
-        return DestBatch(payload, count, self.first_offset, self.last_offset, len(part), False)
+        return DestBatch(
+            payload, count, self.first_offset, self.last_offset, len(part), False, self.max_ts
+        )
 
     def _take(self, member: _Member) -> None:
         """Place the member's records at or after `start`. The hot loop of merging: the

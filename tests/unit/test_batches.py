@@ -110,7 +110,7 @@ def check_rebuilt(
         assert batch.last_offset_delta == dest.count - 1
         assert (batch.producer_id, batch.base_sequence, batch.is_transactional) == (-1, -1, False)
         assert batch.timestamp_type == 0
-        assert batch.max_timestamp == max(r.timestamp for r in want)
+        assert batch.max_timestamp == dest.max_timestamp == max(r.timestamp for r in want)
         for index, (got, rec) in enumerate(zip(records, want, strict=True)):
             assert (got.offset, got.timestamp) == (index, rec.timestamp)
             assert (got.key, got.value) == (rec.key, rec.value)
