@@ -151,15 +151,16 @@ def source_offsets(
 
 
 def resume_points(
-    source: ClusterConfig,
     routes: list[PartitionRoute],
-    group_id: str,
     offsets: SourceOffsets,
     at_destination: dict[SourcePartition, int],
-    timeout: float,
+    committed: dict[SourcePartition, int | None],
 ) -> dict[SourcePartition, ResumePoint]:
-    """Each partition's next offset: after what the destination holds, or the committed one."""
-    committed = admin.committed_offsets(source, group_id, [r.key for r in routes], timeout)
+    """Each partition's next offset: after what the destination holds, or the committed one.
+
+    `offsets` must have been read after `at_destination` and `committed`: both only grow while
+    other members relay, so read earlier they cannot pass the end unless the topic was
+    recreated (choose_start refuses that), while read later they could, falsely."""
     points = {}
     for route in routes:
         key = route.key

@@ -235,10 +235,17 @@ class SourcePool:
             return None
         views = self.monitor.check_now() if urgent else self.monitor.views()
         decision = choose(views, self.active.name, nexts, self.pool.offset_lag_threshold)
-        active = next(v for v in views if v.name == self.active.name)
-        if decision is None and not active.up:
+        if decision is None and not urgent and not self._up(views):
+            # Cached views may predate `nexts` (relayed since): a node can look behind what
+            # was relayed only because it was asked earlier. Conclude from answers read after.
+            views = self.monitor.check_now()
+            decision = choose(views, self.active.name, nexts, self.pool.offset_lag_threshold)
+        if decision is None and not self._up(views):
             raise ConnectionError("no source node can serve: " + _why(views, nexts))
         return decision
+
+    def _up(self, views: Sequence[NodeView]) -> bool:
+        return next(v for v in views if v.name == self.active.name).up
 
     def node(self, name: str) -> ClusterConfig:
         return next(n for n in self.nodes if n.name == name)

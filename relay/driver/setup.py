@@ -58,14 +58,16 @@ class Startup:
             "target", lambda: destination_next_offsets(target, routes, self.timeout)
         )
         self.call("source", lambda: self.pool.start([r.key for r in routes], at_destination))
-        source = self.pool.active
-        offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
-        points = self.call(
+        source, keys = self.pool.active, [r.key for r in routes]
+        # Offsets read at different moments are compared below, so the source's end is read
+        # LAST: the destination and the committed offsets (which another member may be moving
+        # right now) can then never be past it unless the topic really was recreated.
+        committed = self.call(
             "source",
-            lambda: resume_points(
-                source, routes, cfg.app.group_id, offsets, at_destination, self.timeout
-            ),
+            lambda: admin.committed_offsets(source, cfg.app.group_id, keys, self.timeout),
         )
+        offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
+        points = resume_points(routes, offsets, at_destination, committed)
         stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
         nexts = {key: point.next_offset for key, point in points.items()}
         return Plan(routes, nexts, dict(offsets.end), stops)
