@@ -21,7 +21,12 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from relay.clients.settings import client_settings, describe, is_retriable  # noqa: F401
+from relay.clients.settings import (  # noqa: F401
+    client_settings,
+    describe,
+    is_retriable,
+    never_create_topics,
+)
 from relay.config import ClusterConfig
 from relay.errors import KafkaSetupError
 
@@ -31,7 +36,7 @@ log = logging.getLogger(__name__)
 @contextmanager
 def admin_client(cluster: ClusterConfig, timeout: float = 10.0) -> Iterator[KafkaAdminClient]:
     try:
-        admin = KafkaAdminClient(**client_settings(cluster, timeout))
+        admin = never_create_topics(KafkaAdminClient(**client_settings(cluster, timeout)))
     except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
         raise _unreachable(cluster, timeout) from exc
     try:
@@ -56,6 +61,7 @@ def probe_consumer(cluster: ClusterConfig, timeout: float = 10.0, group_id: str 
         )
     except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
         raise _unreachable(cluster, timeout) from exc
+    never_create_topics(consumer)
     try:
         yield consumer
     finally:
@@ -98,9 +104,8 @@ def partition_counts(
 ) -> dict[str, int]:
     """Partition count of each existing topic among `topics`; missing topics are left out.
 
-    Asks for the metadata of ALL topics: asking for a named topic auto-creates it on brokers with
-    auto.create.topics.enable (and kafka-python 3.0.12 ignores allow_auto_create_topics), and ktm
-    must never create a topic by accident.
+    Asks for the metadata of ALL topics, which names none (see settings.never_create_topics
+    for why naming one used to create it).
     """
     wanted = set(topics)
     with admin_client(cluster, timeout) as admin:
@@ -121,9 +126,18 @@ def offset_bounds(
     """(beginning, real end) offset of each partition. See `real_end_offsets`."""
     parts = [TopicPartition(*tp) for tp in tps]
     with probe_consumer(cluster, timeout) as consumer:
+        require_topics(consumer, cluster, tps)
         begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
         end = real_end_offsets(consumer, parts, begin, timeout)
     return {tuple(tp): v for tp, v in begin.items()}, {tuple(tp): v for tp, v in end.items()}
+
+
+def require_topics(consumer: KafkaConsumer, cluster: ClusterConfig, tps: Iterable[TP]) -> None:
+    """LookupError naming the topics among `tps` the cluster does not have (from the all-topics
+    metadata, which names none): a missing topic is an answer, not a wait for metadata."""
+    missing = sorted({topic for topic, _ in tps} - set(consumer.topics()))
+    if missing:
+        raise LookupError(f"topic {', '.join(missing)} missing on {describe(cluster)}")
 
 
 def real_end_offsets(
@@ -172,16 +186,10 @@ def committed_offsets(
 
 
 def health_end_offsets(cluster: ClusterConfig, tps: list[TP], timeout: float) -> dict[TP, int]:
-    """A node's real end offsets, or an exception if it cannot answer within `timeout`.
-
-    Topic existence is checked from the all-topics metadata first: assigning a missing topic
-    would make kafka-python auto-create it on the node.
-    """
+    """A node's real end offsets, or an exception if it cannot answer within `timeout`
+    (LookupError at once when the node lacks a topic, e.g. it came back empty)."""
     with probe_consumer(cluster, timeout) as consumer:
-        existing = consumer.topics()
-        missing = sorted({topic for topic, _ in tps} - set(existing))
-        if missing:
-            raise LookupError(f"topic {', '.join(missing)} missing on {describe(cluster)}")
+        require_topics(consumer, cluster, tps)
         parts = [TopicPartition(*tp) for tp in tps]
         begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
         ends = real_end_offsets(consumer, parts, begin, timeout)
@@ -192,6 +200,7 @@ def records_at(cluster: ClusterConfig, wanted: dict[TP, int], timeout: float) ->
     """The record at each (partition, offset), or None where that offset holds no record."""
     found: dict[TP, Any] = {}
     with probe_consumer(cluster, timeout) as consumer:
+        require_topics(consumer, cluster, wanted)
         for key, offset in wanted.items():
             records = read_range(consumer, TopicPartition(*key), offset, offset + 1, timeout)
             found[key] = records[0] if records else None

@@ -14,7 +14,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from relay.clients.settings import client_settings
+from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 
 TP = tuple[str, int]
@@ -35,6 +35,9 @@ class GroupReader:
             fetch_max_bytes=64 * 1024 * 1024,
             max_poll_records=5000,
         )
+        # A cached reader reconnects to a node that came back empty: it must not recreate
+        # the topic it was reading there.
+        never_create_topics(self._consumer)
         self._tps: dict[TP, TopicPartition] = {}
         self._closed = False
 

@@ -32,7 +32,7 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolSubscription,
 )
 
-from relay.clients.settings import client_settings
+from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ class GroupMember:
             max_poll_interval_ms=max(session_ms * 3, 30_000),
             partition_assignment_strategy=[KtmAssignor(keys, on_assignment)],
         )
+        never_create_topics(self._consumer)
         self._consumer.subscribe(topics=list(topics), listener=_Listener(on_revoke))
         self._closed = False
 

@@ -29,7 +29,7 @@ from kafka import KafkaProducer, TopicPartition
 from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from relay.clients.settings import client_settings
+from relay.clients.settings import client_settings, never_create_topics
 from relay.config import TargetConfig
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def _null_aware(value: Any) -> Any:
 
 class Producer:
     def __init__(self, target: TargetConfig, bulk: bool = True):
-        self._producer = KafkaProducer(**producer_settings(target))
+        self._producer = never_create_topics(KafkaProducer(**producer_settings(target)))
         self._closed = False
         self._bulk = bulk and _has_bulk_internals(self._producer)
         if bulk and not self._bulk:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from relay.config import ClusterConfig
+
+log = logging.getLogger(__name__)
 
 # kafka-python's names for the SASL mechanisms ktm accepts (the same strings Kafka uses).
 _SECURITY_PROTOCOL = {(False, False): "PLAINTEXT", (False, True): "SSL"}
@@ -31,6 +34,24 @@ def client_settings(cluster: ClusterConfig, request_timeout: float = 10.0) -> di
         settings["ssl_certfile"] = cluster.client_cert_path
         settings["ssl_keyfile"] = cluster.client_key_path
     return settings
+
+
+def never_create_topics(client: Any) -> Any:
+    """Make every metadata request of a kafka-python client (consumer, producer, admin) ask the
+    broker not to create the topics it names, and return the client.
+
+    A broker with auto.create.topics.enable (Apache Kafka's default; Tansu always) creates any
+    topic a metadata request names unless the request says not to. kafka-python 3.0.12 accepts
+    `allow_auto_create_topics` but never hands it to the metadata it builds, so ktm's own
+    probes and readers created topics: a failover node that came back empty got the relayed
+    topic back from ktm's health checks. The flag is set where kafka-python reads it."""
+    cluster = getattr(getattr(client, "_manager", None), "cluster", None)
+    config = getattr(cluster, "config", None)
+    if isinstance(config, dict) and "allow_auto_create_topics" in config:
+        config["allow_auto_create_topics"] = False
+    else:  # kafka-python is pinned; a newer one may have moved it
+        log.warning("kafka-python internals changed: cannot stop topic auto-creation")
+    return client
 
 
 def describe(cluster: ClusterConfig) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaAdminClient
 
 from relay.config import load_config
 from relay.driver.jobs import Relay, RunSummary
@@ -228,6 +229,45 @@ def test_a_dead_node_that_comes_back_empty_is_never_used(cluster, tmp_path):
     assert relay.error is None, relay.error
     assert_exact_copy(read_all(node2.bootstrap, topic), _all(target.bootstrap, dest), topic)
     assert relay.failovers() == 1 and relay.active("node2") == 1
+
+
+PROBED_SECONDS = 30.0  # 60 health checks at the tests' 500 ms interval
+
+
+def test_a_node_restarted_empty_and_probed_by_a_running_relay_gets_no_topic(cluster, tmp_path):
+    """ktm's health checks, offset reads and its executors' cached readers (which reconnect)
+    never create a topic on a source (issue 18.5): the node stays empty."""
+    node1, node2, target, topic, dest = cluster
+    feed([node1, node2], topic, records(0, 600))
+    relay = Background(
+        failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
+    )
+    try:
+        wait_for(lambda: count(target.bootstrap, dest) >= 600, 60, "the first records")
+        active, other = (node1, node2) if relay.active("node1") == 1 else (node2, node1)
+        # A crash and an immediate restart: the relay's reader and probes of this node are
+        # connected when it goes and reconnect to it empty (memory storage).
+        active.restart()
+        wait_for(lambda: relay.active(other.name) == 1, 30, f"the switch to {other.name}")
+        deadline = time.monotonic() + PROBED_SECONDS
+        while time.monotonic() < deadline:
+            assert topics_on(active.bootstrap) == [], "ktm created a topic on the empty node"
+            time.sleep(1.0)
+        feed([other], topic, records(600, 60))
+        wait_for(lambda: count(target.bootstrap, dest) >= 660, 60, "records after the restart")
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
+    assert topics_on(active.bootstrap) == []
+    create_topic(active.bootstrap, topic, PARTITIONS)  # what failed before: it already existed
+
+
+def topics_on(bootstrap: str) -> list[str]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return sorted(t["name"] for t in admin.describe_topics())  # all topics: names none
+    finally:
+        admin.close()
 
 
 def test_continuity_mismatch_stops_without_skipping(cluster, tmp_path):
