@@ -14,7 +14,8 @@ What each source batch becomes:
 Small source batches are merged, in order, into destination batches of at most `budget` bytes
 of records (uncompressed); a source batch that could be copied and holds at least 1/16 of the
 budget stays alone (merging it would re-frame every record for little gain), and a source batch
-larger than the budget stays whole.
+larger than the budget stays whole, unless its records exceed `limit` (1,000,000 bytes by
+default): then it is rebased into batches of the budget.
 
 A destination batch made of one source batch that keeps every record, has no offset gap inside
 (compaction) and uses CreateTime is **copied**: its records part is reused byte for byte, only
@@ -44,6 +45,10 @@ from relay.batches.records import last_record_start, parse_at, reframe, with_hea
 from relay.batches.varint import read_varint
 
 DEFAULT_BUDGET = 256 * 1024  # [target].batch_size's default
+# A source batch whose records exceed this (or the budget, if larger) is split: a destination
+# broker's max.message.bytes defaults to 1048588 bytes for a whole batch, and a batch compressed
+# at the source may be sent uncompressed. A refused batch would be retried forever.
+DEFAULT_LIMIT = 1_000_000
 # Room kept in the budget: a re-framed record may grow (its offset and timestamp deltas become
 # longer varints), and the last record takes the provenance header.
 _GROWTH_PER_RECORD = 8
@@ -103,6 +108,7 @@ def rebuild(
     origin: Origin,
     codec: int = codecs.NONE,
     budget: int = DEFAULT_BUDGET,
+    limit: int = DEFAULT_LIMIT,
 ) -> Rebuilt:
     """Destination batches for the records at or after `start`, in order. Each is built as
     soon as it is complete: one destination batch's records are held at a time."""
@@ -110,6 +116,7 @@ def rebuild(
     group: list[_Member] = []
     size = 0
     room = budget - _PROVENANCE_ROOM
+    limit = max(limit, budget)
     next_offset = start
     for batch in batches:
         header = batch.header
@@ -120,11 +127,13 @@ def rebuild(
             continue
         member = _Member(batch, start)
         cost = len(member.records) + _GROWTH_PER_RECORD * header.record_count
-        alone = member.copyable and cost >= room // _COPY_FRACTION  # copied, never merged
+        alone = cost > limit or (member.copyable and cost >= room // _COPY_FRACTION)
         if group and (alone or size + cost > room):
             built += _build(group, start, origin, codec)
             group, size = [], 0
-        if alone:
+        if cost > limit:
+            built += _split(member, start, origin, codec, room)
+        elif alone:
             built += _build([member], start, origin, codec)
         else:
             group.append(member)
@@ -137,8 +146,24 @@ def rebuild(
 def _build(group: list[_Member], start: int, origin: Origin, codec: int) -> list[DestBatch]:
     if len(group) == 1 and group[0].copyable:
         return [_copy(group[0], origin, codec)]
-    rebased = _Rebase(start).run(group, origin, codec)
+    rebase = _Rebase(start)
+    for member in group:
+        rebase.take(member)
+    rebased = rebase.finish(origin, codec)
     return [rebased] if rebased is not None else []
+
+
+def _split(member: _Member, start: int, origin: Origin, codec: int, room: int) -> list[DestBatch]:
+    """One source batch too big for one destination batch, rebased into several."""
+    out = []
+    resume: tuple[int, int] | None = (0, 0)
+    while resume is not None:
+        rebase = _Rebase(start, room)
+        resume = rebase.take(member, *resume)
+        rebased = rebase.finish(origin, codec)
+        if rebased is not None:
+            out.append(rebased)
+    return out
 
 
 def _copy(member: _Member, origin: Origin, codec: int) -> DestBatch:
@@ -172,8 +197,10 @@ def _finish(part: bytes, codec: int, count: int, first_ts: int, max_ts: int) -> 
 class _Rebase:
     """Records of several source batches (or of one that cannot be copied) into one batch."""
 
-    def __init__(self, start: int):
+    def __init__(self, start: int, room: int | None = None):
         self.start = start
+        self.room = room  # bytes of records it may hold; None: whole members, any size
+        self.size = 0
         self.frames: list[bytes] = []
         self.base_ts: int | None = None  # the destination batch's first timestamp
         self.max_ts = -1
@@ -182,9 +209,7 @@ class _Rebase:
         self.last: tuple[bytes, int, int, int] | None = None
         self.last_offset = -1
 
-    def run(self, group: list[_Member], origin: Origin, codec: int) -> DestBatch | None:
-        for member in group:
-            self._take(member)
+    def finish(self, origin: Origin, codec: int) -> DestBatch | None:
         if self.last is None or self.base_ts is None:
             return None  # every record lay before `start`
         records, pos, ts_delta, offset_delta = self.last
@@ -200,17 +225,20 @@ class _Rebase:
             payload, count, self.first_offset, self.last_offset, len(part), False, self.max_ts
         )
 
-    def _take(self, member: _Member) -> None:
-        """Place the member's records at or after `start`. The hot loop of merging: the
-        record fields are read inline rather than through `parse_at`."""
+    def take(self, member: _Member, pos: int = 0, first: int = 0) -> tuple[int, int] | None:
+        """Place the member's records at or after `start`, from record `first` at `pos`;
+        returns where to go on when the room is full, None once the member is placed. The hot
+        loop of merging: the record fields are read inline rather than through `parse_at`."""
         header, records = member.batch.header, member.records
         append_time = header.max_timestamp if header.attributes & LOG_APPEND_TIME else None
-        frames, start, base_ts = self.frames, self.start, self.base_ts
+        frames, start, base_ts, room = self.frames, self.start, self.base_ts, self.room
         base_offset, first_ts = header.base_offset, header.first_timestamp
-        pos = 0
-        for _ in range(header.record_count):
+        for index in range(first, header.record_count):
             length, body = read_varint(records, pos)
             end = body + length
+            if room is not None and frames and self.size + end - pos + _GROWTH_PER_RECORD > room:
+                self.base_ts = base_ts
+                return pos, index
             old_ts_delta, p = read_varint(records, body + 1)
             old_offset_delta, rest = read_varint(records, p)
             offset = base_offset + old_offset_delta
@@ -225,9 +253,11 @@ class _Rebase:
                     frames.append(records[pos:end])
                 else:
                     frames.append(reframe(records, body, rest, end, ts_delta, offset_delta))
+                self.size += len(frames[-1])
                 self.last = (records, pos, ts_delta, offset_delta)
                 self.last_offset = offset
             pos = end
         self.base_ts = base_ts
         if pos != len(records):
             raise UnsupportedBatch(f"the batch at offset {base_offset} has bytes after its records")
+        return None

@@ -91,14 +91,19 @@ def provenance_of(headers: list[tuple[str, bytes | None]]) -> Provenance | None:
 
 
 def check_rebuilt(
-    data: bytes, start: int, expected: list[Rec], codec: str = "none", budget: int = 1 << 18
+    data: bytes,
+    start: int,
+    expected: list[Rec],
+    codec: str = "none",
+    budget: int = 1 << 18,
+    limit: int = 1_000_000,
 ) -> list[list[Rec]]:
     """Rebuild, read every destination batch back, compare every record with `expected`
     (offsets now 0..n-1 per batch, provenance on each batch's last record); returns the
     expected records grouped as the destination batches hold them."""
     batches, used = split_batches(data)
     assert used == len(data)
-    rebuilt = rebuild(batches, start, ORIGIN, codecs.BY_NAME[codec], budget)
+    rebuilt = rebuild(batches, start, ORIGIN, codecs.BY_NAME[codec], budget, limit)
     pos = 0
     groups = []
     for dest in rebuilt.batches:
@@ -236,6 +241,20 @@ def test_a_batch_larger_than_the_budget_stays_whole() -> None:
     data = make_batch(source[:400]) + make_batch(source[400:])
     groups = check_rebuilt(data, 0, source, budget=1024)
     assert [len(g) for g in groups] == [400, 100]
+
+
+@pytest.mark.parametrize("start", [0, 1150])
+def test_a_batch_over_the_limit_is_split_into_batches_of_the_budget(start: int) -> None:
+    source = recs(1000, 400)  # ~57 KiB of records
+    data = make_batch(source[:300], "lz4") + make_batch(source[300:])
+    kept = source[start - 1000 :] if start else source
+    groups = check_rebuilt(data, start, kept, "zstd", budget=8192, limit=16384)
+    rebuilt = rebuild(split_batches(data)[0], start, ORIGIN, budget=8192, limit=16384)
+    *pieces, second = rebuilt.batches
+    assert len(pieces) == len(groups) - 1 >= (2 if start else 5)
+    assert all(d.records_size <= 8192 and not d.copied for d in pieces)
+    assert second.copied and second.records_size > 8192  # over the budget, under the limit
+    assert rebuilt.next_offset == 1400
 
 
 def test_log_append_time_becomes_create_time_of_the_append_time() -> None:
