@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from kafka import KafkaProducer
 
 from relay.batches import DestBatch, Origin, Provenance, codecs, rebuild, split_batches
 from relay.batches.provenance import parse_provenance
@@ -172,3 +173,47 @@ def test_the_sender_stamps_producer_id_and_sequences(broker_factory: BrokerFacto
     sequences = [b.header.base_sequence for b in landed]
     counts = [b.header.record_count for b in landed]
     assert sequences == [sum(counts[:i]) for i in range(len(counts))]
+
+
+def test_transaction_markers_never_arrive_and_uncommitted_reads_do(
+    broker_factory: BrokerFactory,
+) -> None:
+    """read_uncommitted: the committed and the aborted transaction's records both arrive, in
+    order; the commit and abort markers do not, and the next offset moves past them."""
+    broker = broker_factory("txn")
+    topic, dest_topic = unique_topic("txn-src"), unique_topic("txn-dst")
+    create_topic(broker.bootstrap, topic, 1)
+    create_topic(broker.bootstrap, dest_topic, 1)
+    source = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=unique_topic())
+    try:
+        source.init_transactions()
+        for values, commit in (([b"c0", b"c1", b"c2"], True), ([b"a0", b"a1"], False)):
+            source.begin_transaction()
+            for value in values:
+                source.send(topic, value, partition=0)
+            source.flush()
+            source.commit_transaction() if commit else source.abort_transaction()
+    finally:
+        source.close()
+    cluster = ClusterConfig("c", (broker.bootstrap,))
+    fetcher = BatchFetcher(cluster)
+    producer = BatchProducer(TargetConfig(cluster))
+    try:
+        fetched = fetcher.fetch({(topic, 0): 0}, timeout=5)[(topic, 0)]
+        batches, _ = split_batches(fetched.data)
+        assert [b.is_control for b in batches] == [False, True, False, True]
+        rebuilt = rebuild(batches, 0, Origin("c", topic, 0), budget=4096)
+        assert rebuilt.next_offset == fetched.high_watermark == 7
+        sent = producer.send(dest_topic, 0, rebuilt.batches)
+        producer.flush(timeout=30)
+        wait_acked(sent, timeout=10)
+        landed, _ = split_batches(
+            fetcher.fetch({(dest_topic, 0): 0}, timeout=5)[(dest_topic, 0)].data
+        )
+    finally:
+        producer.close()
+        fetcher.close()
+    assert not any(b.is_control or b.is_transactional for b in landed)
+    arrived = read_all(broker.bootstrap, dest_topic)[0]
+    assert [r.value for r in arrived] == [b"c0", b"c1", b"c2", b"a0", b"a1"]
+    assert dict(arrived[-1].headers)["ktm.src"] == b"c/%s/0/0-5" % topic.encode()
