@@ -28,7 +28,8 @@ One case kafka-python cannot handle the same way: a broker refusing a batch as t
 the sender *split* it (`split_and_reenqueue`) into record batches it builds itself, dropping the
 original future; the provenance header would then end only the second half. `BatchDelivery`
 reports such a batch as failed (the round is retried and resumes from the destination), and
-destination batches stay within `[target].batch_size`, far below broker limits by default.
+`relay.batches.rebuild` keeps destination batches below a broker's default limit (records up
+to `[target].batch_size`, or up to 1,000,000 bytes for a source batch copied whole).
 """
 
 from __future__ import annotations
