@@ -24,7 +24,7 @@ from kafka import errors as kafka_errors
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest
 
-from relay.clients.settings import client_settings
+from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 
 TP = tuple[str, int]
@@ -55,7 +55,10 @@ class BatchFetcher:
         partition_max_bytes: int = 8 * 1024 * 1024,
         max_bytes: int = 64 * 1024 * 1024,
     ):
-        self._client = KafkaNetClient(**client_settings(cluster, request_timeout))
+        # A fetch names its topics in metadata requests: they must not create them.
+        self._client = never_create_topics(
+            KafkaNetClient(**client_settings(cluster, request_timeout))
+        )
         self._max_wait_ms = int(max_wait * 1000)
         self._partition_max_bytes = partition_max_bytes
         self._max_bytes = max_bytes

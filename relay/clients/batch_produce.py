@@ -45,6 +45,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from relay.batches import DestBatch, stamp_producer
 from relay.clients.producer import Delivery, producer_settings
+from relay.clients.settings import never_create_topics
 from relay.config import TargetConfig
 
 
@@ -189,7 +190,7 @@ class BatchProducer:
     `Producer` can call `append_batches` on its own KafkaProducer)."""
 
     def __init__(self, target: TargetConfig):
-        self.producer = KafkaProducer(**producer_settings(target))
+        self.producer = never_create_topics(KafkaProducer(**producer_settings(target)))
         if not has_batch_internals(self.producer):
             self.producer.close(timeout=1)
             raise RuntimeError("kafka-python internals changed: cannot send built batches")
