@@ -26,13 +26,6 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
-def skip_varint(buf: bytes, pos: int) -> int:
-    """The position after the varint at `pos`, without decoding it."""
-    while buf[pos] >= 0x80:
-        pos += 1
-    return pos + 1
-
-
 def encode_varint(n: int) -> bytes:
     small = _SMALL.get(n)
     if small is not None:
