@@ -56,6 +56,7 @@ def encode_progress(parts: Iterable[PartitionProgress]) -> list[list[Any]]:
             [list(item) for item in p.filter_errors],
             p.segments,
             None if p.waiting is None else [p.waiting[0], round(p.waiting[1], 1)],
+            p.hole,
         ]
         for p in parts
     ]
@@ -75,6 +76,7 @@ def decode_progress(rows: list[list[Any]]) -> tuple[PartitionProgress, ...]:
             filter_errors=tuple((str(f), int(n)) for f, n in r[9]),
             segments=int(r[10]),
             waiting=None if r[11] is None else (str(r[11][0]), float(r[11][1])),
+            hole=bool(r[12]),
         )
         for r in rows
     )

@@ -154,6 +154,9 @@ class PartitionProgress:
     # restore --follow: what the partition waits for ("empty": its first segment, "late": a
     # segment missing between two others) and for how many seconds; None when not waiting
     waiting: tuple[str, float] | None = None
+    # records written after failed ones were acknowledged: the destination's tail is past
+    # records it lacks, so the partition resumes exactly at next_offset (relay.executor.writers)
+    hole: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
@@ -283,6 +284,29 @@ def group_members(cluster: ClusterConfig, group: str, timeout: float) -> int:
 
     with admin_client(cluster, timeout) as admin:
         return int(admin._manager.run(describe, admin))
+
+
+def topic_configs(
+    cluster: ClusterConfig, topics: Iterable[str], timeout: float
+) -> dict[str, dict[str, str]]:
+    """Every config the cluster describes for each topic (DescribeConfigs, defaults included);
+    {} for a topic it describes nothing of. Asks for all config names: naming one makes Tansu
+    drop the connection (TANSU.md: it answers DescribeConfigs with nothing)."""
+    resources = [ConfigResource("TOPIC", topic) for topic in sorted(set(topics))]
+    if not resources:
+        return {}
+    with admin_client(cluster, timeout) as client:
+        described = client.describe_configs(resources, config_filter="all")
+    found: dict[str, dict[str, str]] = {}
+    for topic, configs in (described.get("topic") or {}).items():
+        found[topic] = {name: _config_value(data) for name, data in (configs or {}).items()}
+    return found
+
+
+def _config_value(data: Any) -> str:
+    """A described config's value: kafka-python gives a dict per config (or the bare value)."""
+    value = data.get("value") if isinstance(data, dict) else data
+    return "" if value is None else str(value)
 
 
 def create_topics(cluster: ClusterConfig, topics: dict[str, int], timeout: float) -> None:

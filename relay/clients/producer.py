@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
+from kafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 # A record with neither key nor value is legal in Kafka, but send() refuses value=None with
 # key=None; the fallback path passes this stand-in, which the serializer turns back into None.
 NULL_VALUE = object()
+
+# What a broker answers for a record (or batch) larger than the topic's max.message.bytes
+TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 
 # (timestamp ms, key, value, headers) of one record to produce
 Item = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
@@ -61,12 +65,9 @@ class Delivery:
         future = self._future
         if not future.is_done:
             return None
-        if future.exception is not None or not self._batch:
+        if not self._batch:
             return future.exception
-        _, _, record_errors = future.value  # (base offset, log append time, errors by index)
-        if record_errors is None:
-            return None
-        return record_errors(0) or RuntimeError("the producer batch failed")
+        return _error_of(future)  # (base offset, log append time, errors by index)
 
     def acked(self) -> bool:
         return self.done and self.error() is None
@@ -106,22 +107,34 @@ def _null_aware(value: Any) -> Any:
 
 class Producer:
     def __init__(self, target: TargetConfig, bulk: bool = True):
-        self._producer = never_create_topics(KafkaProducer(**producer_settings(target)))
+        settings = producer_settings(target)
+        self._producer = never_create_topics(KafkaProducer(**settings))
+        # How long a run of records may stay unanswered before it counts as failed: kafka-python
+        # expires it after its delivery timeout; twice that, plus a margin, means it is stuck.
+        self.ack_deadline = 2 * settings["delivery_timeout_ms"] / 1000 + 5
         self._closed = False
         self._bulk = bulk and _has_bulk_internals(self._producer)
         if bulk and not self._bulk:
             log.warning("kafka-python internals changed: producing one record at a time")
+        if self._bulk:
+            _complete_split_batches(self._producer._accumulator)
+        # Destination partitions a batch failed on: nothing more may be appended to them
+        self._failed: set[TopicPartition] = set()
+        if _has_failure_hook(self._producer):
+            _stop_partition_on_failure(self._producer, self._failed)
 
     def send_batch(self, topic: str, partition: int, items: Sequence[Item]) -> list[Segment]:
         """Append records, in order, to one partition; returns segments covering them in order."""
         if not items:
             return []
         if not self._bulk:
+            if TopicPartition(topic, partition) in self._failed:
+                raise PartitionFailed(topic, partition)
             return [(1, Delivery(self._send_one(topic, partition, item), False)) for item in items]
         tp = TopicPartition(topic, partition)
         if self._producer._metadata.partitions_for_topic(topic) is None:
             self._producer._wait_on_metadata(topic, self._producer.config["max_block_ms"])
-        segments = _append_bulk(self._producer._accumulator, tp, items)
+        segments = _append_bulk(self._producer._accumulator, tp, items, self._failed)
         self._producer._sender.wakeup()
         return segments
 
@@ -169,13 +182,17 @@ def _has_bulk_internals(producer: KafkaProducer) -> bool:
     return manager is None or not manager.is_transactional()
 
 
-def _append_bulk(acc: Any, tp: TopicPartition, items: Sequence[Item]) -> list[Segment]:
+def _append_bulk(
+    acc: Any, tp: TopicPartition, items: Sequence[Item], failed: set[TopicPartition]
+) -> list[Segment]:
     """What RecordAccumulator.append does, for many records under one lock acquisition."""
     now = time.monotonic()
     segments: list[Segment] = []
     acc._appends_in_progress.increment()
     try:
         with acc._tp_lock(tp):
+            if tp in failed:  # under the lock the failure hook takes: no append slips past it
+                raise PartitionFailed(tp.topic, tp.partition)
             dq = acc._batches[tp]
             batch: Any = dq[-1] if dq else None
             count = 0
@@ -199,6 +216,99 @@ def _append_bulk(acc: Any, tp: TopicPartition, items: Sequence[Item]) -> list[Se
     finally:
         acc._appends_in_progress.decrement()
     return segments
+
+
+class PartitionFailed(Exception):
+    """A batch to this destination partition failed: this producer takes no more records for
+    it (they would land behind the failed ones). The task ends; the next round uses a new
+    producer."""
+
+    retriable = True
+
+    def __init__(self, topic: str, partition: int):
+        super().__init__(f"an earlier batch to {topic}[{partition}] failed")
+
+
+def _has_failure_hook(producer: KafkaProducer) -> bool:
+    sender, acc = getattr(producer, "_sender", None), getattr(producer, "_accumulator", None)
+    return hasattr(sender, "_dispatch_error") and hasattr(acc, "_batches")
+
+
+def _stop_partition_on_failure(producer: KafkaProducer, failed: set[TopicPartition]) -> None:
+    """When a batch fails for good, fail the partition's batches still queued behind it and
+    refuse new ones. kafka-python would send them: a batch that expired before it was sent used
+    no sequence number, and after an epoch bump sequences start over, so the broker takes the
+    later batches and the destination gets records after a hole. Its tail would then claim
+    records it lacks, and a resume after the tail would lose them. Batches already sent keep
+    their place in the sequence: the broker refuses one that follows a missing one. All this
+    runs on the producer's I/O thread, where kafka-python decides a batch's fate."""
+    sender, acc = producer._sender, producer._accumulator
+    dispatch = sender._dispatch_error
+
+    def dispatch_and_stop(batch: Any, exception: Any, partition_response: Any) -> Any:
+        outcome = dispatch(batch, exception, partition_response)
+        future = batch.produce_future
+        if future.is_done and _error_of(future) is not None:
+            _fail_queued(acc, batch.topic_partition, _error_of(future), failed)
+        return outcome
+
+    sender._dispatch_error = dispatch_and_stop
+
+
+def _fail_queued(acc: Any, tp: TopicPartition, error: Any, failed: set[TopicPartition]) -> None:
+    with acc._tp_lock(tp):
+        failed.add(tp)
+        queued = list(acc._batches[tp])
+        acc._batches[tp].clear()
+    for batch in queued:
+        batch.records.close()
+        batch.abort(error)
+        acc.deallocate(batch)
+
+
+def _complete_split_batches(acc: Any) -> None:
+    """When a broker refuses a batch as too large, kafka-python splits it in two, re-enqueues
+    the halves and moves the per-record futures of `send()` onto them; the batch's own future,
+    which the bulk path's Delivery holds, never completes, and its partition would hang. Here
+    that future completes when the halves have: acknowledged if both were (at the first
+    half's offset), failed with the first error otherwise. Halves split again chain the same
+    way. The halves are the first entries of the partition's queue right after the split: the
+    sender thread that splits is also the only one that drains."""
+    split = acc.split_and_reenqueue
+
+    def split_and_complete(batch: Any, now: float | None = None) -> int:
+        count = split(batch, now)
+        with acc._tp_lock(batch.topic_partition):
+            halves = list(acc._batches[batch.topic_partition])[:count]
+        _complete_when_all(batch.produce_future, [half.produce_future for half in halves])
+        return int(count)
+
+    acc.split_and_reenqueue = split_and_complete
+
+
+def _complete_when_all(whole: Any, parts: list[Any]) -> None:
+    outcomes: list[Any] = []
+
+    def one_done(_: Any) -> None:
+        outcomes.append(None)
+        if len(outcomes) < len(parts) or whole.is_done:
+            return
+        errors = [error for error in map(_error_of, parts) if error is not None]
+        if errors:
+            whole.failure(errors[0])
+        else:
+            whole.success(parts[0].value)
+
+    for part in parts:
+        part.add_both(one_done)
+
+
+def _error_of(future: Any) -> BaseException | None:
+    """A producer batch future's error: raised, or carried in its value (see Delivery)."""
+    if future.exception is not None:
+        return future.exception
+    _, _, record_errors = future.value
+    return None if record_errors is None else record_errors(0) or RuntimeError("batch failed")
 
 
 def _new_batch(acc: Any, tp: TopicPartition, now: float) -> ProducerBatch:

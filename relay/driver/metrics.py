@@ -141,6 +141,13 @@ class Metrics:
             "Seconds from start to the first record acknowledged by the destination",
             registry=r,
         )
+        self.holes = Counter(
+            "ktm_destination_holes",
+            "Failed batches followed by acknowledged ones (a hole at the destination): the "
+            "partition was relayed again from the first failed record",
+            ("source_topic", "source_partition"),
+            registry=r,
+        )
         self.restore_waiting = Gauge(
             "ktm_restore_waiting_seconds",
             "restore --follow: seconds a partition has waited for a segment (reason empty: its "

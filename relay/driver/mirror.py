@@ -26,12 +26,14 @@ class RelayPipeline(FromSources):
         self.coordinator = cfg.need_target().cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
+        self.target = cfg.need_target()  # with batch_size fitted to the destination at plan
 
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
     ) -> Plan:
         plan = self.startup.plan(stop_at_end, on_routes)
         self.routes = plan.routes
+        self.target = self.startup.fitted_target({r.target_topic for r in plan.routes})
         return plan
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
@@ -68,7 +70,7 @@ class RelayPipeline(FromSources):
             round_id=round_id,
             task_id=task_id,
             source=self.pool.active,
-            target=self.cfg.need_target(),
+            target=self.target,
             partitions=works,
             group_id=self.cfg.app.group_id,
             channel=channel,

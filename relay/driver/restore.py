@@ -76,6 +76,7 @@ class RestorePipeline:
         if self.options.create_topics:
             counts = self._create_missing(stored, counts)
         self.routes = plan_routes(self.cfg.topics, stored, counts, where, describe(target))
+        self.target = self.startup.fitted_target({r.target_topic for r in self.routes})
         if on_routes is not None:
             on_routes(self.routes)
         at_destination = self.startup.call("target", lambda: self.where(self.routes))

@@ -7,14 +7,15 @@ Errors name the cluster by its name and addresses, never its credentials.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from relay.clients import admin
 from relay.clients.settings import describe, is_retriable
-from relay.config import Config
+from relay.config import Config, TargetConfig
 from relay.driver.failover import SourcePool
 from relay.driver.metrics import Metrics
 from relay.driver.pipeline import Plan
@@ -71,6 +72,38 @@ class Startup:
         stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
         nexts = {key: point.next_offset for key, point in points.items()}
         return Plan(routes, nexts, dict(offsets.end), stops)
+
+    def fitted_target(self, topics: Iterable[str]) -> TargetConfig:
+        """[target] as the tasks use it: `batch_size` lowered to the smallest max.message.bytes
+        the destination topics allow, with a warning. A broker refuses a bigger batch, and
+        kafka-python would split it again and again. Brokers that describe no configs (Tansu)
+        leave it as configured; a single record over the limit still fails, naming itself."""
+        target = self.cfg.need_target()
+        try:
+            configs = admin.topic_configs(target.cluster, topics, self.timeout)
+        except Exception as exc:  # noqa: BLE001 - a check, not a requirement
+            log.info("target does not describe topic configs (%s): batch_size not checked", exc)
+            return target
+        limits = {
+            topic: int(found["max.message.bytes"])
+            for topic, found in configs.items()
+            if found.get("max.message.bytes", "").isdigit()
+        }
+        if not limits:
+            log.info("target describes no max.message.bytes: [target].batch_size not checked")
+            return target
+        topic, limit = min(limits.items(), key=lambda item: item[1])
+        if target.batch_size <= limit:
+            return target
+        log.warning(
+            "[target].batch_size %d exceeds max.message.bytes %d of destination topic %s: "
+            "producing batches of at most %d bytes",
+            target.batch_size,
+            limit,
+            topic,
+            limit,
+        )
+        return dataclasses.replace(target, batch_size=limit)
 
     def call(self, side: str, fn: Callable[[], T], where: str | None = None) -> T:
         """`fn` with start-up retries on retriable errors; one clear error at the end."""

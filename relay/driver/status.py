@@ -42,6 +42,8 @@ class PartitionRow:
     rate_at: float = 0.0  # when `rate` was measured
     rate_base: int = 0  # `relayed` at rate_at
     waiting: tuple[str, float] | None = None  # restore --follow: (reason, seconds) it waits
+    # a hole at the destination: the partition resumes at this next offset, not after the tail
+    pinned_at: int | None = None
 
     @property
     def lag(self) -> int | None:
@@ -177,8 +179,30 @@ class Status:
         if now - row.rate_at >= RATE_WINDOW:
             rate = (row.relayed - row.rate_base) / (now - row.rate_at)
             row = replace(row, rate=rate, rate_at=now, rate_base=row.relayed)
+        row = self._pin(row, part)
         self._rows[part.key] = row
         return produced > 0 or bool(filtered)
+
+    def _pin(self, row: PartitionRow, part: PartitionProgress) -> PartitionRow:
+        """A hole pins the partition at its first unacknowledged record until records past it
+        are acknowledged again (the next round relays from there)."""
+        if part.hole and row.pinned_at is None:
+            route = row.route
+            log.warning(
+                "hole at destination %s[%s]: records of %s[%s] from offset %s failed while later "
+                "ones landed; relaying again from %s (those later records may arrive twice)",
+                route.target_topic,
+                route.target_partition,
+                route.topic,
+                route.partition,
+                part.next_offset,
+                part.next_offset,
+            )
+            self.metrics.holes.labels(route.topic, str(route.partition)).inc()
+            return replace(row, pinned_at=part.next_offset)
+        if row.pinned_at is not None and not part.hole and part.next_offset > row.pinned_at:
+            return replace(row, pinned_at=None)
+        return row
 
     def set_owned(self, keys: frozenset[SourcePartition], members: int) -> None:
         """The partitions this process relays now (its share of the group's)."""
@@ -192,10 +216,11 @@ class Status:
 
     def advance(self, key: SourcePartition, next_offset: int) -> bool:
         """Move a next offset forward (the destination holds more than was acknowledged: a
-        resync after a failure, or a failover); never back. True if it moved."""
+        resync after a failure, or a failover); never back, and never past a hole (the tail is
+        past records the destination lacks). True if it moved."""
         with self._lock:
             row = self._rows[key]
-            if next_offset <= row.next_offset:
+            if next_offset <= row.next_offset or row.pinned_at is not None:
                 return False
             self._rows[key] = replace(row, next_offset=next_offset)
         self._publish([key])

@@ -28,6 +28,7 @@ class PartitionState:
         self.committed = work.start  # the group's offset is at least the start: never go back
         self.reached_stop = work.stop is not None and work.start >= work.stop
         self.consumed = 0
+        self.hole = False  # later records landed after failed ones (see KafkaWriter)
         self.filtered: dict[str, int] = {}
         self.filter_errors: dict[str, int] = {}
         self._filters, self._skip = filters, skip_errors
@@ -101,8 +102,14 @@ class PartitionState:
     # ---- what is done -------------------------------------------------------------------------
 
     def collect_acks(self, now: float) -> None:
+        """What is durable now; raises at once when the destination failed records (a
+        partition never waits behind a batch that can no longer be acknowledged)."""
         self.writer.tick(self.processed_to, now)
         self.acked_next = self.writer.done_up_to(self.processed_to)
+        failure = self.writer.failure()
+        if failure is not None:
+            self.hole = failure.hole
+            raise failure
 
     def settled(self, now: float) -> bool:
         self.collect_acks(now)
@@ -112,6 +119,7 @@ class PartitionState:
         """After the final flush: the first record not durable bounds what counts as done."""
         failure = self.writer.settle(self.processed_to)
         self.acked_next = self.writer.done_up_to(self.processed_to)
+        self.hole = self.hole or bool(getattr(failure, "hole", False))
         return failure
 
     def progress(self, reader: Any) -> PartitionProgress:
@@ -133,4 +141,5 @@ class PartitionState:
             filter_errors=tuple(sorted(self.filter_errors.items())),
             segments=writer.segments,
             waiting=waits(self.key) if waits is not None else None,
+            hole=self.hole,
         )

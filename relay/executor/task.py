@@ -25,7 +25,7 @@ from relay.channel import ChannelClient
 from relay.clients.settings import is_retriable
 from relay.executor.partition import PartitionState
 from relay.executor.sides import Sides, sides_for
-from relay.executor.writers import SourceFailure, TargetFailure
+from relay.executor.writers import DeliveryFailure, SourceFailure, TargetFailure
 from relay.filters import FilterRuntimeError, cached_filters
 from relay.spec import GroupResult, TaskError, TaskSpec
 
@@ -141,7 +141,10 @@ class GroupRun:
         for part in self.parts.values():
             failure = part.settle()
             if failure is not None and error is None:
-                error = _error(TargetFailure(str(failure), part.key), failure)
+                if isinstance(failure, DeliveryFailure):
+                    error = _error(failure)
+                else:
+                    error = _error(TargetFailure(str(failure), part.key), failure)
         return error
 
     def _commit(self, final: bool = False) -> None:
@@ -184,6 +187,8 @@ class GroupRun:
 def _error(exc: BaseException, cause: BaseException | None = None) -> TaskError:
     """What went wrong, for the driver: which side, whether a retry can help, where."""
     key = getattr(exc, "key", None)
+    if isinstance(exc, DeliveryFailure):  # its message names the records already
+        return TaskError("target", str(exc), is_retriable(exc.__cause__ or exc), key)
     if isinstance(exc, SourceFailure):
         kind, cause = "source", cause or exc.__cause__ or exc
     elif isinstance(exc, TargetFailure):

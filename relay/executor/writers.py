@@ -11,7 +11,7 @@ import time
 from collections import deque
 from typing import Any
 
-from relay.clients.producer import Delivery, Producer
+from relay.clients.producer import TOO_LARGE, Delivery, Producer
 from relay.config import StoreConfig
 from relay.spec import PROVENANCE_HEADER, PartitionRoute
 from relay.store import SegmentBuffer, SegmentStore
@@ -26,22 +26,38 @@ class SourceFailure(Exception):
 
 
 class TargetFailure(Exception):
-    """Writing failed; wraps the error."""
+    """Writing failed; wraps the error. `hole`: records of the partition written after the
+    failed ones were acknowledged, so the destination's tail is past records it lacks."""
 
-    def __init__(self, message: str, key: Any = None):
+    def __init__(self, message: str, key: Any = None, hole: bool = False):
         super().__init__(message)
         self.key = key
+        self.hole = hole
+
+
+class DeliveryFailure(TargetFailure):
+    """The destination refused or never acknowledged records; the message names them."""
 
 
 class KafkaWriter:
-    """Records to one destination partition, each stamped with its provenance; done once acked."""
+    """Records to one destination partition, each stamped with its provenance; done once acked.
+
+    A failed delivery ends the task at once (the loop asks `failure()` every turn), instead of
+    leaving the partition stalled behind it until the round ends. If a later delivery of the
+    same partition was acknowledged, the destination has a hole: its tail shows later source
+    offsets than records it lacks (kafka-python expires a batch it never sent without using
+    its sequence number, so the broker accepts the next one). The task then reports the hole
+    and the driver resumes at the first unacknowledged record, not after the tail: nothing is
+    lost, and the records after the hole may arrive twice."""
 
     def __init__(
         self, producer: Producer, route: PartitionRoute, prefix: bytes, latencies: list[float]
     ):
         self.producer, self.route, self.prefix = producer, route, prefix
-        # (first source offset, record count, delivery of the run holding them)
-        self.pending: deque[tuple[int, int, Delivery]] = deque()
+        # (first source offset, record count, delivery of the run holding them, (offset, size)
+        # of the run's largest record: named if the destination refuses it as too large, when
+        # it was written)
+        self.pending: deque[tuple[int, int, Delivery, tuple[int, int], float]] = deque()
         self.acked = 0  # records acknowledged
         self.written_bytes = 0
         self.segments = 0
@@ -51,21 +67,23 @@ class KafkaWriter:
         if not records:
             return
         items = []
-        size = 0
+        sizes = []
         for r in records:
             headers = list(r.headers) if r.headers else []
             headers.append((PROVENANCE_HEADER, self.prefix + str(r.offset).encode()))
             items.append((r.timestamp, r.key, r.value, headers))
-            size += len(r.value or b"") + len(r.key or b"")
+            sizes.append(len(r.value or b"") + len(r.key or b""))
         route = self.route
         try:
             segments = self.producer.send_batch(route.target_topic, route.target_partition, items)
         except Exception as exc:
             raise TargetFailure(str(exc), route.key) from exc
-        self.written_bytes += size
-        index = 0
+        self.written_bytes += sum(sizes)
+        index, now = 0, time.monotonic()
         for count, future in segments:
-            self.pending.append((records[index].offset, count, future))
+            big = max(range(index, index + count), key=sizes.__getitem__)
+            largest = (records[big].offset, sizes[big])
+            self.pending.append((records[index].offset, count, future, largest, now))
             index += count
         self._sample_latency(segments[-1][1], records[-1].timestamp)
 
@@ -81,6 +99,38 @@ class KafkaWriter:
             self.acked += self.pending.popleft()[1]
         return self.pending[0][0] if self.pending else processed_to
 
+    def failure(self) -> DeliveryFailure | None:
+        """Why the first unacknowledged run failed (None while it may still be acknowledged),
+        naming the source records it held and whether a hole followed it."""
+        if not self.pending:
+            return None
+        first, count, delivery, (big_offset, big_size), written_at = self.pending[0]
+        error = delivery.error()
+        waited = time.monotonic() - written_at
+        if error is None and not delivery.done and waited > self.producer.ack_deadline:
+            # kafka-python expires a batch after its delivery timeout; a producer that stays
+            # stuck past twice that (Tansu refuses the epoch bump kafka-python tries after an
+            # expired batch) must not hang the partition: it is replaced after this failure.
+            error = TimeoutError(f"no acknowledgement within {waited:.0f}s")
+        if error is None:
+            return None
+        route = self.route
+        where = f"destination {route.target_topic}[{route.target_partition}]"
+        if isinstance(error, TOO_LARGE):
+            what = (
+                f"record {route.topic}[{route.partition}] offset {big_offset} ({big_size} bytes "
+                f"of key and value) is too large for {where}"
+            )
+        else:
+            last = first + count - 1
+            what = f"{where} did not take {route.topic}[{route.partition}] offsets {first}-{last}"
+        hole = any(entry[2].acked() for entry in self.pending)
+        if hole:
+            what += "; later records landed, so they will be relayed again after these"
+        failure = DeliveryFailure(f"{what}: {type(error).__name__}: {error}", route.key, hole)
+        failure.__cause__ = error
+        return failure
+
     def tick(self, processed_to: int, now: float) -> None:
         """Nothing to do: the producer sends on its own."""
 
@@ -92,10 +142,9 @@ class KafkaWriter:
         self.done_up_to(processed_to)
         if not self.pending:
             return None
-        offset, _, delivery = self.pending[0]
-        if delivery.done:
-            return delivery.error()
-        return TimeoutError(f"no acknowledgement for source offset {offset}")
+        return self.failure() or TimeoutError(
+            f"no acknowledgement for source offset {self.pending[0][0]}"
+        )
 
 
 class SegmentWriter:
@@ -168,6 +217,10 @@ class SegmentWriter:
 
     def flush_needed(self) -> bool:
         return False
+
+    def failure(self) -> TargetFailure | None:
+        """A segment is written synchronously: its failure raises where it happens."""
+        return None
 
     def settle(self, processed_to: int) -> BaseException | None:
         """A normal stop writes the open segment (so nothing read is read again)."""

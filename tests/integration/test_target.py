@@ -95,3 +95,84 @@ def test_records_a_dead_broker_never_answered_end_failed(tmp_path, bulk):
     assert all(d.acked() for d in first)
     assert not any(d.acked() for d in later)
     assert all(d.error() is not None for d in later)
+
+
+class Offset:
+    """The little of a consumer record KafkaWriter reads."""
+
+    def __init__(self, offset: int):
+        self.offset, self.timestamp, self.key, self.value, self.headers = (
+            offset, 1_700_000_000_000 + offset, b"k%d" % offset, b"v%d" % offset, [],
+        )  # fmt: skip
+
+
+def test_a_batch_the_broker_splits_as_too_large_still_completes(target_broker):
+    """kafka-python splits a batch a broker refused with MESSAGE_TOO_LARGE and re-sends the
+    halves; the bulk path's delivery must complete with them (it used to hang forever, and its
+    partition with it). Tansu has no size limit, so the refusal is handed to kafka-python's
+    sender exactly where a broker's answer would arrive; the halves go to the real broker."""
+    from kafka.errors import MessageSizeTooLargeError
+
+    topic = create_topic(target_broker.bootstrap, unique_topic("split"), 1)
+    cfg = TargetConfig(ClusterConfig("target", (target_broker.bootstrap,)), linger=30.0)
+    producer = Producer(cfg)
+    try:
+        [(count, delivery)] = producer.send_batch(topic, 0, items(40))
+        acc, sender = producer._producer._accumulator, producer._producer._sender
+        tp = delivery._future.topic_partition
+        with acc._tp_lock(tp):
+            batch = acc._batches[tp].popleft()  # what the sender's drain does
+        batch.records.close()
+        sender._dispatch_error(batch, MessageSizeTooLargeError(), None)
+        sender.wakeup()
+        producer.flush(timeout=20)
+        ended([delivery], 20)
+    finally:
+        producer.close()
+    assert count == 40 and delivery.acked()
+    got = read_all(target_broker.bootstrap, topic)[0]
+    assert [(r.timestamp, r.key, r.value, list(r.headers)) for r in got] == items(40)
+
+
+def test_a_batch_expired_unsent_stops_its_partition_so_no_hole_can_form(target_broker):
+    """A batch kafka-python expires before sending it uses no sequence number, so the broker
+    would take the next one and the destination would get later records without the failed
+    ones. The producer fails what is queued behind it and refuses new records for the
+    partition; the writer names the failed records. Other partitions carry on."""
+    from relay.executor.writers import KafkaWriter, TargetFailure
+    from relay.spec import PartitionRoute
+
+    topic = create_topic(target_broker.bootstrap, unique_topic("hole"), 2)
+    cfg = TargetConfig(
+        ClusterConfig("target", (target_broker.bootstrap,)), linger=30.0, batch_size=256
+    )
+    producer = Producer(cfg)
+    writer = KafkaWriter(producer, PartitionRoute("src", 3, topic, 0), b"c/src/3/", [])
+    other = KafkaWriter(producer, PartitionRoute("src", 4, topic, 1), b"c/src/4/", [])
+    try:
+        writer.write([Offset(o) for o in range(100, 120)])  # several batches (256 bytes each)
+        assert len(writer.pending) > 1
+        acc = producer._producer._accumulator
+        tp = writer.pending[0][2]._future.topic_partition
+        with acc._tp_lock(tp):
+            # Held back from sending (as when its broker cannot be reached) until it is older
+            # than the delivery timeout: kafka-python expires it unsent.
+            acc.muted.add(tp)
+            acc._batches[tp][0].created -= 3600
+        producer._producer._sender.wakeup()
+        ended([entry[2] for entry in writer.pending], 20)  # the queued ones fail with it
+        acc.muted.discard(tp)
+        with pytest.raises(TargetFailure, match="failed"):
+            writer.write([Offset(o) for o in range(120, 125)])
+        other.write([Offset(o) for o in range(0, 5)])
+        producer.flush(timeout=20)
+        failure = writer.failure()
+        assert other.done_up_to(5) == 5
+    finally:
+        producer.close()
+    assert writer.done_up_to(125) == 100
+    assert failure is not None and not failure.hole and failure.key == ("src", 3)
+    assert "src[3] offsets 100-" in str(failure)
+    landed = read_all(target_broker.bootstrap, topic)
+    assert landed[0] == []  # nothing behind the expired batch went out: no hole
+    assert [r.value for r in landed[1]] == [b"v%d" % o for o in range(5)]

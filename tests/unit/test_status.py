@@ -196,3 +196,17 @@ def test_a_following_restore_waiting_for_segments_is_healthy_and_visible() -> No
     status.apply((1, 0, 0), [progress(0, 5, produced=5)])
     assert "waiting" not in status.health()[1]
     assert metrics.registry.get_sample_value("ktm_restore_waiting_seconds", labels) == 0.0
+
+
+def test_a_hole_pins_the_partition_until_records_past_it_are_acknowledged() -> None:
+    status, _, metrics = make_status()
+    status.apply((1, 0, 0), [progress(0, 40, produced=40, hole=True)])
+    assert not status.advance(("orders", 0), 90)  # the destination's tail is past the hole
+    assert status.next_offsets()[("orders", 0)] == 40
+    labels = {"source_topic": "orders", "source_partition": "0"}
+    assert metrics.registry.get_sample_value("ktm_destination_holes_total", labels) == 1.0
+
+    status.apply((2, 0, 0), [progress(0, 40)])  # the next round starts at the hole
+    assert not status.advance(("orders", 0), 90)
+    status.apply((2, 0, 0), [progress(0, 45, produced=5)])  # relayed past it again
+    assert status.advance(("orders", 0), 90)

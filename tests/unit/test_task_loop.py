@@ -224,3 +224,32 @@ def test_backup_segments_close_at_their_limit_and_chain_past_dropped_records(
     ]
     assert not plan_chain(links).problems
     assert writer.done_up_to(13) == 13 and writer.segments == 3 and writer.acked == 9
+
+
+class RunsProducer(FakeProducer):
+    """Each send's delivery fails or not as told, in order."""
+
+    def __init__(self, failing: list[bool]):
+        super().__init__()
+        self.failing = deque(failing)
+
+    def send_batch(self, topic: str, partition: int, items: list[Any]) -> list[Any]:
+        self.sent.extend(items)
+        return [(len(items), FakeDelivery(self.failing.popleft()))]
+
+
+def test_a_failed_run_followed_by_an_acknowledged_one_is_a_hole_the_task_reports() -> None:
+    from relay.executor.partition import PartitionState
+
+    route = PartitionRoute("t", 0, "t-copy", 0)
+    writer = KafkaWriter(RunsProducer([False, True, False]), route, b"c/t/0/", [])  # type: ignore[arg-type]
+    part = PartitionState(PartitionWork(route, 0), writer, [], set())
+    for first in (0, 3, 6):  # written before the failure was seen (acks come later)
+        part.handle([Rec(offset=o) for o in range(first, first + 3)])
+    try:
+        part.collect_acks(0.0)
+    except Exception as exc:  # noqa: BLE001 - the failure the task reports
+        failure = exc
+    assert "offsets 3-5" in str(failure) and getattr(failure, "hole", False)
+    progress = part.progress(None)
+    assert progress.next_offset == 3 and progress.hole  # the driver resumes exactly here

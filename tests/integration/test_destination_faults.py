@@ -1,0 +1,83 @@
+"""The destination fails batches mid-stream: a frozen target broker (SIGSTOP) makes the records
+in flight expire. The partition must not stall behind them (the task ends at once and the round
+is retried from where the destination really stands), and every record arrives exactly once
+(issue 18.3 and 18.4)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.support.kafka import (
+    NO_KILL_REASON,
+    Record,
+    brokers_are_external,
+    free_port,
+    produce,
+    read_all,
+)
+from tests.support.ktm_process import Ktm, metric_total, wait_for
+from tests.support.relay import (
+    FAST_GROUP,
+    FAST_RETRIES,
+    assert_exact_copy,
+    topic_pair,
+    write_config,
+)
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON),
+]
+
+PARTITIONS = 4
+RECORDS = 60_000
+# Deliveries expire after twice the request timeout (plus linger): 2 s, well within the freeze.
+# Small unbatched produce requests keep the copy slow enough to freeze mid-way.
+TARGET = (
+    'request_timeout = "1s"\nmax_retries = 20\nbackoff_min = "200ms"\nbackoff_max = "1s"\n'
+    'batch_size = 1024\nlinger = "0ms"'
+)
+FREEZE_SECONDS = 5.0
+# The target is also the group's coordinator: a session long enough that the 5 s freeze costs
+# no lease (renewed while the coordinator answered within half a session), so the tasks see
+# the failed deliveries themselves instead of being stopped for lost membership.
+SESSION = 'session_timeout = "12s"'
+
+
+def test_a_target_frozen_mid_stream_fails_batches_and_the_relay_still_copies_exactly_once(
+    source_broker, target_broker, tmp_path
+):
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "frozen", PARTITIONS)
+    batch = [
+        Record(key=b"k%d" % i, value=b"%08d" % i + b"." * 92, partition=i % PARTITIONS)
+        for i in range(RECORDS)
+    ]
+    produce(source_broker.bootstrap, src, batch)
+    port = free_port()
+    conf = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
+                        target=target_broker.bootstrap, topics={src: dst},
+                        app=f'metrics_addr = "127.0.0.1:{port}"', extra=TARGET)  # fmt: skip
+    head, _, tail = conf.read_text().rpartition(FAST_RETRIES)  # [target]'s: TARGET replaces it
+    conf.write_text((head + tail).replace(FAST_GROUP, SESSION))
+    with Ktm(tmp_path, "--config", str(conf), "--stop-at-end", "--no-progress") as relay:
+
+        def relayed() -> float:
+            return metric_total(port, "ktm_messages_produced_total") or 0
+
+        wait_for(lambda: relayed() > 2_000, 120, "records relayed", relay)
+        assert relayed() < RECORDS, "the freeze must come mid-stream"
+        os.kill(target_broker.pid, signal.SIGSTOP)
+        try:
+            time.sleep(FREEZE_SECONDS)
+        finally:
+            os.kill(target_broker.pid, signal.SIGCONT)
+        run = relay.wait(timeout=180)
+    assert run.returncode == 0, run.stderr
+    assert "did not take" in run.stderr or "no acknowledgement" in run.stderr, run.stderr
+    source = read_all(source_broker.bootstrap, src, timeout=30)
+    copied = [r for rs in read_all(target_broker.bootstrap, dst, timeout=30).values() for r in rs]
+    assert_exact_copy(source, copied, src)
