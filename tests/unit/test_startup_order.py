@@ -132,3 +132,23 @@ def test_a_node_really_behind_is_still_refused() -> None:
     pool.monitor = monitor  # type: ignore[assignment]
     with pytest.raises(ConnectionError, match="no source node can serve"):
         pool.next_switch({KEY: 700}, urgent=False)
+
+
+@pytest.mark.parametrize(
+    ("described", "expected"),
+    [
+        ({"a": {"max.message.bytes": "100000"}, "b": {"max.message.bytes": "50000"}}, 50_000),
+        ({"a": {"max.message.bytes": "9000000"}}, 262_144),  # room enough: as configured
+        ({"a": {}}, 262_144),  # Tansu describes nothing: not checked
+    ],
+)
+def test_batch_size_is_fitted_to_what_the_destination_topics_allow(
+    monkeypatch, caplog, described: dict, expected: int
+) -> None:
+    monkeypatch.setattr(startup_module.admin, "topic_configs", lambda *a, **k: described)
+    startup = Startup(config(), FakePool(), threading.Event(), Metrics())  # type: ignore[arg-type]
+    target = startup.fitted_target(["a", "b"])
+    assert target.batch_size == expected
+    assert target.cluster == config().need_target().cluster
+    lowered = "[target].batch_size 262144 exceeds max.message.bytes 50000 of destination topic b"
+    assert (lowered in caplog.text) == (expected == 50_000)
