@@ -11,12 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.feeder import Feeder
 from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
@@ -37,37 +37,6 @@ pytestmark = [
 
 PARTITIONS = 6
 SESSION = "2s"  # the group's session timeout in these tests (production default: 6s)
-
-
-class Feeder:
-    """Writes numbered records to every partition, in batches, until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, per_batch: int = 60, pause: float = 0.05):
-        self.bootstrap, self.topic = bootstrap, topic
-        self.per_batch, self.pause = per_batch, pause
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            batch = [
-                Record(
-                    key=b"k%d" % n,
-                    value=b"%08d" % n + b"." * 92,
-                    headers=[("n", b"%d" % n)],
-                    partition=n % PARTITIONS,
-                )
-                for n in range(self.sent, self.sent + self.per_batch)
-            ]
-            self.sent += produce(self.bootstrap, self.topic, batch)
-            time.sleep(self.pause)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        return self.sent
 
 
 class Setup:
@@ -144,7 +113,7 @@ def settle(setup: Setup, feeder: Feeder, first: Ktm) -> None:
 
 
 def test_two_processes_share_the_partitions_and_a_third_joining_changes_nothing(setup, tmp_path):
-    feeder = Feeder(setup.source.bootstrap, setup.topic)
+    feeder = Feeder(setup.source.bootstrap, setup.topic, PARTITIONS)
     (a, port_a), (_, port_b) = setup.start(), setup.start()
     try:
         wait_for(lambda: setup.arrived() >= 2000, 180, "records flowing", a)
@@ -170,7 +139,7 @@ def test_two_processes_share_the_partitions_and_a_third_joining_changes_nothing(
 
 
 def test_kill_9_of_one_process_hands_its_partitions_to_the_other(setup, tmp_path):
-    feeder = Feeder(setup.source.bootstrap, setup.topic)
+    feeder = Feeder(setup.source.bootstrap, setup.topic, PARTITIONS)
     (a, port_a), (b, port_b) = setup.start(), setup.start()
     try:
         wait_for(lambda: (assigned(port_a), assigned(port_b)) == (3, 3), 180, "a 3/3 share", a)
@@ -214,7 +183,7 @@ def test_a_frozen_process_stops_writing_before_its_partitions_move(setup, tmp_pa
     """SIGSTOP freezes one ktm (its driver: heartbeats and lease renewals stop; its Spark
     tasks run on until their lease runs out). The other takes everything over, then the frozen
     one continues and rejoins: nothing is lost or written twice."""
-    feeder = Feeder(setup.source.bootstrap, setup.topic)
+    feeder = Feeder(setup.source.bootstrap, setup.topic, PARTITIONS)
     (a, port_a), (b, port_b) = setup.start(), setup.start()
     try:
         wait_for(lambda: (assigned(port_a), assigned(port_b)) == (3, 3), 180, "a 3/3 share", a)
