@@ -78,7 +78,6 @@ class Prometheus:
                     f"--config.file={self.config_path}",
                     f"--storage.tsdb.path={workdir / 'data'}",
                     f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--web.enable-lifecycle",  # POST /-/reload after the test rewrites rules
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -129,14 +128,6 @@ class Prometheus:
             a for a in self._get("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == name
         ]
         return [a for a in found if state is None or a["state"] == state]
-
-    def targets_up(self) -> int:
-        return sum(1 for t in self._get("/api/v1/targets")["activeTargets"] if t["health"] == "up")
-
-    def reload(self) -> None:
-        request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
-        with urllib.request.urlopen(request, timeout=10):
-            pass
 
     def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         """Poll ``condition`` every half second (queries are cheap); fail after ``timeout``."""
