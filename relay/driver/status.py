@@ -205,9 +205,19 @@ class Status:
         return row
 
     def set_owned(self, keys: frozenset[SourcePartition], members: int) -> None:
-        """The partitions this process relays now (its share of the group's)."""
+        """The partitions this process relays now (its share of the group's). Their lag and
+        next offset are published; a partition handed to another member has its series
+        removed (this process no longer knows where it stands: its numbers would only age)."""
         with self._lock:
+            gone = (self.owned if self.owned is not None else frozenset(self._rows)) - keys
             self.owned, self.members = frozenset(keys), members
+        for topic, partition in sorted(gone):
+            for gauge in (self.metrics.lag, self.metrics.next_offset):
+                try:
+                    gauge.remove(topic, str(partition))
+                except KeyError:
+                    pass  # never published
+        self._publish(sorted(keys))
 
     def record_round(self, wall: float, reason: str) -> None:
         self.rounds += 1
@@ -249,7 +259,10 @@ class Status:
 
     def _publish(self, keys: Sequence[SourcePartition]) -> None:
         with self._lock:
-            rows = [self._rows[key] for key in keys if key in self._rows]
+            owned = self.owned
+            rows = [
+                self._rows[k] for k in keys if k in self._rows and (owned is None or k in owned)
+            ]
         for row in rows:
             labels = (row.route.topic, str(row.route.partition))
             self.metrics.next_offset.labels(*labels).set(row.next_offset)

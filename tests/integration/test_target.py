@@ -101,9 +101,9 @@ class Offset:
     """The little of a consumer record KafkaWriter reads."""
 
     def __init__(self, offset: int):
-        self.offset, self.timestamp, self.key, self.value, self.headers = (
-            offset, 1_700_000_000_000 + offset, b"k%d" % offset, b"v%d" % offset, [],
-        )  # fmt: skip
+        self.offset, self.timestamp = offset, 1_700_000_000_000 + offset
+        self.key, self.value = b"k%d" % offset, b"v%d" % offset
+        self.headers: list[tuple[str, bytes]] = []
 
 
 def test_a_batch_the_broker_splits_as_too_large_still_completes(target_broker):

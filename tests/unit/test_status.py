@@ -210,3 +210,17 @@ def test_a_hole_pins_the_partition_until_records_past_it_are_acknowledged() -> N
     assert not status.advance(("orders", 0), 90)
     status.apply((2, 0, 0), [progress(0, 45, produced=5)])  # relayed past it again
     assert status.advance(("orders", 0), 90)
+
+
+def test_lag_and_next_offset_are_published_for_owned_partitions_only() -> None:
+    status, _, metrics = make_status()
+    lag = {"source_topic": "orders", "source_partition": "1"}
+    assert metrics.registry.get_sample_value("ktm_partition_lag", lag) == 0.0
+    status.set_owned(frozenset({("orders", 0)}), members=2)  # partition 1 went to another member
+    status.apply((1, 0, 0), [progress(0, 50, produced=50), progress(1, 10)])
+    assert metrics.registry.get_sample_value("ktm_partition_lag", lag) is None
+    assert metrics.registry.get_sample_value("ktm_source_next_offset", lag) is None
+    owned = {"source_topic": "orders", "source_partition": "0"}
+    assert metrics.registry.get_sample_value("ktm_partition_lag", owned) == 50.0
+    status.set_owned(frozenset({("orders", 0), ("orders", 1)}), members=1)  # and came back
+    assert metrics.registry.get_sample_value("ktm_source_next_offset", lag) == 10.0
