@@ -18,6 +18,8 @@ from relay.batches.provenance import (
     Provenance,
     batch_provenance,
     format_range,
+    format_runs,
+    last_provenance,
     parse_provenance,
 )
 
@@ -31,6 +33,8 @@ __all__ = [
     "UnsupportedBatch",
     "batch_provenance",
     "format_range",
+    "format_runs",
+    "last_provenance",
     "parse_provenance",
     "rebuild",
     "split_batches",

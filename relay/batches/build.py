@@ -9,7 +9,8 @@ What each source batch becomes:
   list and read_committed semantics, which the relay does not claim. The destination batch is
   not transactional: the destination producer is idempotent, not transactional;
 - a batch wholly before `start` is skipped; one that starts before it (a fetch that began
-  mid-batch after a restart) loses its records before `start`.
+  mid-batch after a restart) loses its records before `start`; records at or after `stop`
+  (`--stop-at-end`) are left out the same way.
 
 Small source batches are merged, in order, into destination batches of at most `budget` bytes
 of records (uncompressed); a source batch that could be copied and holds at least 1/16 of the
@@ -56,6 +57,7 @@ _PROVENANCE_ROOM = 128
 # A copyable source batch of at least this fraction of the budget is sent as it is rather than
 # merged: merging re-frames every record (~1.5 µs each), copying re-frames one.
 _COPY_FRACTION = 16
+_NO_STOP = 1 << 63
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class _Member:
 
     __slots__ = ("batch", "records", "copyable")
 
-    def __init__(self, batch: SourceBatch, start: int):
+    def __init__(self, batch: SourceBatch, start: int, stop: int | None):
         if not batch.crc_ok():
             raise UnsupportedBatch(f"CRC mismatch in the batch at offset {batch.base_offset}")
         header = batch.header
@@ -97,6 +99,7 @@ class _Member:
         self.records = batch.records()
         self.copyable = (
             header.base_offset >= start
+            and (stop is None or batch.last_offset < stop)
             and header.record_count == header.last_offset_delta + 1  # no compaction gap
             and not header.attributes & LOG_APPEND_TIME
         )
@@ -109,56 +112,65 @@ def rebuild(
     codec: int = codecs.NONE,
     budget: int = DEFAULT_BUDGET,
     limit: int = DEFAULT_LIMIT,
+    stop: int | None = None,
 ) -> Rebuilt:
-    """Destination batches for the records at or after `start`, in order. Each is built as
-    soon as it is complete: one destination batch's records are held at a time."""
+    """Destination batches for the records at or after `start` and before `stop` (None: no
+    end), in order. Each is built as soon as it is complete: one destination batch's records
+    are held at a time."""
     built: list[DestBatch] = []
     group: list[_Member] = []
     size = 0
     room = budget - _PROVENANCE_ROOM
     limit = max(limit, budget)
     next_offset = start
+    bounds = (start, stop)
     for batch in batches:
         header = batch.header
+        if stop is not None and header.base_offset >= stop:
+            break
         batch_next = header.base_offset + header.last_offset_delta + 1
         if batch_next > next_offset:
-            next_offset = batch_next
+            next_offset = batch_next if stop is None else min(batch_next, stop)
         if batch_next <= start or header.attributes & CONTROL or header.record_count == 0:
             continue
-        member = _Member(batch, start)
+        member = _Member(batch, start, stop)
         cost = len(member.records) + _GROWTH_PER_RECORD * header.record_count
         alone = cost > limit or (member.copyable and cost >= room // _COPY_FRACTION)
         if group and (alone or size + cost > room):
-            built += _build(group, start, origin, codec)
+            built += _build(group, bounds, origin, codec)
             group, size = [], 0
         if cost > limit:
-            built += _split(member, start, origin, codec, room)
+            built += _split(member, bounds, origin, codec, room)
         elif alone:
-            built += _build([member], start, origin, codec)
+            built += _build([member], bounds, origin, codec)
         else:
             group.append(member)
             size += cost
     if group:
-        built += _build(group, start, origin, codec)
+        built += _build(group, bounds, origin, codec)
     return Rebuilt(built, next_offset)
 
 
-def _build(group: list[_Member], start: int, origin: Origin, codec: int) -> list[DestBatch]:
+def _build(
+    group: list[_Member], bounds: tuple[int, int | None], origin: Origin, codec: int
+) -> list[DestBatch]:
     if len(group) == 1 and group[0].copyable:
         return [_copy(group[0], origin, codec)]
-    rebase = _Rebase(start)
+    rebase = _Rebase(bounds)
     for member in group:
         rebase.take(member)
     rebased = rebase.finish(origin, codec)
     return [rebased] if rebased is not None else []
 
 
-def _split(member: _Member, start: int, origin: Origin, codec: int, room: int) -> list[DestBatch]:
+def _split(
+    member: _Member, bounds: tuple[int, int | None], origin: Origin, codec: int, room: int
+) -> list[DestBatch]:
     """One source batch too big for one destination batch, rebased into several."""
     out = []
     resume: tuple[int, int] | None = (0, 0)
     while resume is not None:
-        rebase = _Rebase(start, room)
+        rebase = _Rebase(bounds, room)
         resume = rebase.take(member, *resume)
         rebased = rebase.finish(origin, codec)
         if rebased is not None:
@@ -171,7 +183,7 @@ def _copy(member: _Member, origin: Origin, codec: int) -> DestBatch:
     header = batch.header
     last = parse_at(records, last_record_start(records, header.record_count))
     provenance = provenance_header(
-        origin.cluster, origin.topic, origin.partition, batch.base_offset, batch.last_offset
+        origin.cluster, origin.topic, origin.partition, ((batch.base_offset, batch.last_offset),)
     )
     tail = with_header(records, last, last.timestamp_delta, last.offset_delta, provenance)
     part = records[: last.start] + tail
@@ -197,8 +209,9 @@ def _finish(part: bytes, codec: int, count: int, first_ts: int, max_ts: int) -> 
 class _Rebase:
     """Records of several source batches (or of one that cannot be copied) into one batch."""
 
-    def __init__(self, start: int, room: int | None = None):
-        self.start = start
+    def __init__(self, bounds: tuple[int, int | None], room: int | None = None):
+        self.start, self.stop = bounds
+        self.runs: list[list[int]] = []  # of the source offsets placed: [first, last]
         self.room = room  # bytes of records it may hold; None: whole members, any size
         self.size = 0
         self.frames: list[bytes] = []
@@ -214,9 +227,8 @@ class _Rebase:
             return None  # every record lay before `start`
         records, pos, ts_delta, offset_delta = self.last
         at = parse_at(records, pos)
-        provenance = provenance_header(
-            origin.cluster, origin.topic, origin.partition, self.first_offset, self.last_offset
-        )
+        runs = [(first, last) for first, last in self.runs]
+        provenance = provenance_header(origin.cluster, origin.topic, origin.partition, runs)
         self.frames[-1] = with_header(records, at, ts_delta, offset_delta, provenance)
         part = b"".join(self.frames)
         count = len(self.frames)
@@ -232,6 +244,8 @@ class _Rebase:
         header, records = member.batch.header, member.records
         append_time = header.max_timestamp if header.attributes & LOG_APPEND_TIME else None
         frames, start, base_ts, room = self.frames, self.start, self.base_ts, self.room
+        stop = _NO_STOP if self.stop is None else self.stop
+        runs = self.runs
         base_offset, first_ts = header.base_offset, header.first_timestamp
         for index in range(first, header.record_count):
             length, body = read_varint(records, pos)
@@ -242,7 +256,7 @@ class _Rebase:
             old_ts_delta, p = read_varint(records, body + 1)
             old_offset_delta, rest = read_varint(records, p)
             offset = base_offset + old_offset_delta
-            if offset >= start:
+            if start <= offset < stop:
                 ts = first_ts + old_ts_delta if append_time is None else append_time
                 if base_ts is None:
                     base_ts, self.first_offset = ts, offset
@@ -256,6 +270,10 @@ class _Rebase:
                 self.size += len(frames[-1])
                 self.last = (records, pos, ts_delta, offset_delta)
                 self.last_offset = offset
+                if runs and runs[-1][1] + 1 == offset:
+                    runs[-1][1] = offset
+                else:
+                    runs.append([offset, offset])
             pos = end
         self.base_ts = base_ts
         if pos != len(records):

@@ -1,75 +1,118 @@
-"""The provenance header of the batch path: one per destination batch, on its last record.
+"""The provenance header: which source records a destination record or batch holds.
 
-Header `ktm.src`, value `<cluster>/<topic>/<partition>/<first>-<last>`: the source cluster's
-name in ktm's config, the source topic and partition, and the first and last source offsets of
-the records the destination batch holds (offsets with no record, such as compaction gaps,
-transaction markers and records before a mid-batch start, may lie between them).
+Header `ktm.src`, two forms (the rule that reads them is in `relay.resume`):
+- **batch**: `<cluster>/<topic>/<partition>/<a>-<b>[,<c>-<d>...]`, once per destination batch,
+  on its last record: the runs of consecutive source offsets whose records the batch holds, in
+  order (one run unless a compaction gap, a transaction marker, a filtered record or a mid-batch
+  start lies between them; every run is written `a-b`, also when a == b). The batch's i-th record
+  is the i-th offset of the runs, so a source offset maps to a destination offset exactly.
+- **record**: `<cluster>/<topic>/<partition>/<offset>` on every record (the record path of
+  older versions, and restore): the record's own source offset.
 
-The rule: a batch is appended atomically, so the destination tail always ends on a record
-carrying the range; a source partition's next offset is `last + 1` of the last such header.
-Records relayed by older versions (and by the record path) carry `<cluster>/<topic>/
-<partition>/<offset>` on every record; that parses as the range `offset-offset`, so the same
-rule (next offset = last + 1) resumes them exactly.
+The cluster is ktm's name for the source in its config. Topic names cannot hold '/'; the cluster
+is split off from the right so that it may.
 
-The header is the *last* `ktm.src` header of its record: a record relayed twice (A to B to C)
-keeps the first hop's header before this hop's. Inside a batch-path destination batch, records
-other than the last may carry an *earlier hop's* header as their last one; a resume scan must
-therefore either read only the last record of each destination batch (`batch_provenance`), or
-accept only headers naming the configured source cluster.
+The header of a hop is the *last* `ktm.src` header of its record: a record relayed twice (A to B
+to C) keeps the first hop's header before this hop's. Inside a batch-form destination batch,
+records other than the last may carry an *earlier hop's* header as their last one; a reader
+therefore takes a batch-form header only from the last record of a destination batch
+(`batch_provenance`) and never reads the records before it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from relay.batches.format import SourceBatch
-from relay.batches.records import encode_header, headers_at, last_record_start, parse_at
+from relay.batches.records import decode_batch, encode_header
 
 PROVENANCE_HEADER = "ktm.src"  # the same name as relay.spec.PROVENANCE_HEADER
+
+Runs = tuple[tuple[int, int], ...]  # (first, last) source offsets, inclusive, ascending
 
 
 class Provenance(NamedTuple):
     cluster: str
     topic: str
     partition: int
-    first: int  # first source offset the destination batch holds
-    last: int  # last source offset it holds
+    runs: Runs
+    batch: bool = True  # the batch form; False: one record's own offset (the record form)
+
+    @property
+    def first(self) -> int:
+        return self.runs[0][0]
+
+    @property
+    def last(self) -> int:
+        return self.runs[-1][1]
 
     @property
     def next_offset(self) -> int:
         return self.last + 1
 
+    @property
+    def records(self) -> int:
+        return sum(last - first + 1 for first, last in self.runs)
+
+    def index_at_or_after(self, offset: int) -> int | None:
+        """The position, among the records this header covers, of the first one whose source
+        offset is >= `offset`; None when all of them lie before it."""
+        index = 0
+        for first, last in self.runs:
+            if offset <= last:
+                return index + max(0, offset - first)
+            index += last - first + 1
+        return None
+
+
+def format_runs(cluster: str, topic: str, partition: int, runs: Iterable[tuple[int, int]]) -> bytes:
+    """The batch form's header value."""
+    offsets = ",".join(f"{first}-{last}" for first, last in runs)
+    return f"{cluster}/{topic}/{partition}/{offsets}".encode()
+
 
 def format_range(cluster: str, topic: str, partition: int, first: int, last: int) -> bytes:
-    """The header value; topic names cannot hold '/', cluster names are split off from the
-    right so that they may."""
-    return f"{cluster}/{topic}/{partition}/{first}-{last}".encode()
+    return format_runs(cluster, topic, partition, ((first, last),))
 
 
-def provenance_header(cluster: str, topic: str, partition: int, first: int, last: int) -> bytes:
+def provenance_header(
+    cluster: str, topic: str, partition: int, runs: Iterable[tuple[int, int]]
+) -> bytes:
     """The encoded header (key and value) appended to a destination batch's last record."""
-    return encode_header(PROVENANCE_HEADER, format_range(cluster, topic, partition, first, last))
+    return encode_header(PROVENANCE_HEADER, format_runs(cluster, topic, partition, runs))
 
 
 def parse_provenance(value: bytes) -> Provenance | None:
-    """A header value of either format, None if it is not ktm's."""
+    """A header value of either form, None if it is not ktm's."""
     try:
         cluster, topic, partition, offsets = value.decode().rsplit("/", 3)
-        first, dash, last = offsets.partition("-")
-        low, high = int(first), int(last if dash else first)
-        if not 0 <= low <= high:
-            return None
-        return Provenance(cluster, topic, int(partition), low, high)
+        if "-" not in offsets:
+            offset = int(offsets)
+            return Provenance(cluster, topic, int(partition), ((offset, offset),), False)
+        runs = []
+        previous = -1
+        for run in offsets.split(","):
+            low, high = (int(part) for part in run.split("-"))  # exactly two, else ValueError
+            if not previous < low <= high:
+                return None
+            runs.append((low, high))
+            previous = high
+        return Provenance(cluster, topic, int(partition), tuple(runs))
     except (UnicodeDecodeError, ValueError):
         return None
 
 
+def last_provenance(headers: Iterable[tuple[str, bytes | None]]) -> Provenance | None:
+    """The last `ktm.src` header of a record's headers, parsed (this hop's)."""
+    last = None
+    for name, value in headers:
+        if name == PROVENANCE_HEADER:
+            last = value
+    return parse_provenance(last) if last is not None else None
+
+
 def batch_provenance(batch: SourceBatch) -> Provenance | None:
-    """The provenance of one destination batch: the last `ktm.src` header of its last record.
-    Decodes that one record only."""
-    if batch.header.record_count < 1 or batch.is_control:
-        return None
-    records = batch.records()
-    at = parse_at(records, last_record_start(records, batch.header.record_count))
-    values = [value for name, value in headers_at(records, at) if name == PROVENANCE_HEADER]
-    return parse_provenance(values[-1]) if values and values[-1] is not None else None
+    """The provenance on the last record of one destination batch. Decodes that record only."""
+    last = decode_batch(batch, last_only=True)
+    return last_provenance(last[0].headers) if last else None

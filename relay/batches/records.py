@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from relay.batches.format import LOG_APPEND_TIME, SourceBatch
 from relay.batches.varint import encode_varint, read_varint
 
 _BYTE = [bytes((b,)) for b in range(256)]  # an attributes byte as bytes, without slicing
@@ -80,19 +81,51 @@ def encode_header(key: str, value: bytes) -> bytes:
     return b"".join((encode_varint(len(name)), name, encode_varint(len(value)), value))
 
 
-def headers_at(buf: bytes, at: RecordAt) -> list[tuple[str, bytes | None]]:
-    """The headers of one record, decoded (used on a batch's last record only)."""
-    pos = at.rest
-    for _ in range(2):  # key, then value
-        length, pos = read_varint(buf, pos)
-        pos += max(length, 0)
+class Decoded(NamedTuple):
+    """One record, decoded: for the few records a reader must look inside (a tail's last ones,
+    the records a filter sees)."""
+
+    offset: int  # in the log it was fetched from
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def _field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    return bytes(buf[pos : pos + length]), pos + length
+
+
+def decode_at(buf: bytes, at: RecordAt, base_offset: int, timestamp: int) -> Decoded:
+    """The record at `at`; `timestamp` is its batch's first timestamp plus its delta, or the
+    batch's append time."""
+    key, pos = _field(buf, at.rest)
+    value, pos = _field(buf, pos)
     count, pos = read_varint(buf, pos)
     headers: list[tuple[str, bytes | None]] = []
     for _ in range(count):
-        length, pos = read_varint(buf, pos)
-        name = buf[pos : pos + length].decode()
-        pos += length
-        length, pos = read_varint(buf, pos)
-        headers.append((name, bytes(buf[pos : pos + length]) if length >= 0 else None))
-        pos += max(length, 0)
-    return headers
+        name, pos = _field(buf, pos)
+        header_value, pos = _field(buf, pos)
+        headers.append(((name or b"").decode(), header_value))
+    return Decoded(base_offset + at.offset_delta, timestamp, key, value, headers)
+
+
+def decode_batch(batch: SourceBatch, last_only: bool = False) -> list[Decoded]:
+    """A batch's records (or its last one), decoded."""
+    header = batch.header
+    count = header.record_count
+    if count < 1 or batch.is_control:
+        return []
+    records = batch.records()
+    append_time = header.max_timestamp if header.attributes & LOG_APPEND_TIME else None
+    pos = last_record_start(records, count) if last_only else 0
+    out = []
+    for _ in range(1 if last_only else count):
+        at = parse_at(records, pos)
+        ts = header.first_timestamp + at.timestamp_delta if append_time is None else append_time
+        out.append(decode_at(records, at, header.base_offset, ts))
+        pos = at.end
+    return out

@@ -5,12 +5,11 @@ gaps), rebuilt, and read back with kafka-python's DefaultRecordBatch."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 from crc32c import crc32c
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 
 from relay.batches import (
     Origin,
@@ -20,6 +19,7 @@ from relay.batches import (
     batch_provenance,
     codecs,
     format_range,
+    format_runs,
     parse_provenance,
     rebuild,
     split_batches,
@@ -27,56 +27,10 @@ from relay.batches import (
 )
 from relay.batches.records import last_record_start
 from relay.batches.varint import encode_varint, read_varint
+from tests.support.batches import T0, Rec, control_batch, make_batch, recs
 
 ORIGIN = Origin("src", "orders", 3)
-T0 = 1_700_000_000_000
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-
-
-class Rec(NamedTuple):
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-
-
-def recs(first: int, count: int, step: int = 1, size: int = 100) -> list[Rec]:
-    out = []
-    for i in range(count):
-        offset = first + i * step
-        value = (b"v%08d-" % offset) * (size // 10)
-        headers: list[tuple[str, bytes | None]] = [("h1", b"x%d" % offset), ("h2", None)]
-        out.append(Rec(offset, T0 + offset * 7, b"k%d" % offset, value, headers))
-    return out
-
-
-def make_batch(
-    records: Sequence[Rec],
-    codec: str = "none",
-    *,
-    attributes: int = 0,
-    producer: tuple[int, int, int] = (-1, -1, -1),
-) -> bytes:
-    """One batch at base offset records[0].offset; `attributes` bits OR-ed in afterwards."""
-    base = records[0].offset
-    builder = DefaultRecordBatchBuilder(
-        2, codecs.BY_NAME[codec], bool(attributes & 0x10), *producer, batch_size=1 << 30
-    )
-    for r in records:
-        builder.append(r.offset - base, r.timestamp, r.key, r.value, r.headers)
-    buf = builder.build()
-    struct.pack_into(">q", buf, 0, base)
-    if attributes:
-        (old,) = struct.unpack_from(">h", buf, 21)
-        struct.pack_into(">h", buf, 21, old | attributes)
-        struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
-    return bytes(buf)
-
-
-def control_batch(offset: int, commit: bool = True) -> bytes:
-    marker = Rec(offset, T0, struct.pack(">hh", 0, int(commit)), b"\x00\x00\x00\x00\x00\x00", [])
-    return make_batch([marker], attributes=0x30, producer=(7, 0, 5))
 
 
 def read_back(payload: bytes | bytearray) -> tuple[DefaultRecordBatch, list[Any]]:
@@ -88,6 +42,17 @@ def read_back(payload: bytes | bytearray) -> tuple[DefaultRecordBatch, list[Any]
 def provenance_of(headers: list[tuple[str, bytes | None]]) -> Provenance | None:
     values = [v for k, v in headers if k == "ktm.src"]
     return parse_provenance(values[-1]) if values and values[-1] is not None else None
+
+
+def runs_of(offsets: list[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive offsets, as the batch-form provenance header lists them."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and runs[-1][1] + 1 == offset:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs
 
 
 def check_rebuilt(
@@ -123,10 +88,8 @@ def check_rebuilt(
                 assert got.headers == rec.headers
             else:
                 assert got.headers[:-1] == rec.headers
-                assert got.headers[-1] == (
-                    "ktm.src",
-                    format_range("src", "orders", 3, want[0].offset, rec.offset),
-                )
+                runs = runs_of([r.offset for r in want])
+                assert got.headers[-1] == ("ktm.src", format_runs("src", "orders", 3, runs))
         assert (dest.first_offset, dest.last_offset) == (want[0].offset, want[-1].offset)
     assert pos == len(expected)
     return groups
@@ -300,11 +263,23 @@ def test_stamping_the_producer_fields_keeps_the_crc_valid() -> None:
 
 
 def test_provenance_header_formats_round_trip() -> None:
-    assert parse_provenance(format_range("a/b", "t", 2, 5, 9)) == Provenance("a/b", "t", 2, 5, 9)
-    assert parse_provenance(b"src/orders/3/41") == Provenance("src", "orders", 3, 41, 41)
-    old = parse_provenance(b"src/orders/3/41")  # the old per-record format
+    assert parse_provenance(format_range("a/b", "t", 2, 5, 9)) == Provenance(
+        "a/b", "t", 2, ((5, 9),)
+    )
+    gaps = parse_provenance(format_runs("c", "t", 0, [(3, 3), (5, 9), (12, 12)]))
+    assert gaps == Provenance("c", "t", 0, ((3, 3), (5, 9), (12, 12)))
+    assert (gaps.first, gaps.last, gaps.next_offset, gaps.records) == (3, 12, 13, 7)
+    assert [gaps.index_at_or_after(o) for o in (0, 3, 4, 5, 9, 10, 12, 13)] == [
+        0, 0, 1, 1, 5, 6, 6, None
+    ]  # fmt: skip
+    old = parse_provenance(b"src/orders/3/41")  # the record form (every record, older versions)
+    assert old == Provenance("src", "orders", 3, ((41, 41),), batch=False)
     assert old is not None and old.next_offset == 42
-    for bad in (b"nope", b"c/t/x/1", b"c/t/1/9-5", b"c/t/1/-5", b"\xff/t/1/2", b"c/t/1/1-2-3"):
+    bad_values = (
+        b"nope", b"c/t/x/1", b"c/t/1/9-5", b"c/t/1/-5", b"\xff/t/1/2", b"c/t/1/1-2-3",
+        b"c/t/1/1-4,3-5", b"c/t/1/1-4,", b"c/t/1/4-4,4-6",
+    )  # fmt: skip
+    for bad in bad_values:
         assert parse_provenance(bad) is None
 
 
@@ -313,13 +288,13 @@ def test_batch_provenance_reads_the_last_record_of_a_destination_batch() -> None
     source[-1].headers.append(("ktm.src", b"upstream/orders/0/77"))  # an earlier hop's header
     (dest,) = rebuild(split_batches(make_batch(source, "gzip"))[0], 0, ORIGIN).batches
     (batch,), _ = split_batches(dest.payload)
-    assert batch_provenance(batch) == Provenance("src", "orders", 3, 0, 9)
+    assert batch_provenance(batch) == Provenance("src", "orders", 3, ((0, 9),))
     _, records = read_back(dest.payload)
-    assert provenance_of(records[-1].headers) == Provenance("src", "orders", 3, 0, 9)
+    assert provenance_of(records[-1].headers) == Provenance("src", "orders", 3, ((0, 9),))
     # an older destination: every record carries its own offset; the last one resumes exactly
     old = [r._replace(headers=[("ktm.src", b"src/orders/3/%d" % r.offset)]) for r in source]
     (batch,), _ = split_batches(make_batch(old))
-    assert batch_provenance(batch) == Provenance("src", "orders", 3, 9, 9)
+    assert batch_provenance(batch) == Provenance("src", "orders", 3, ((9, 9),), batch=False)
 
 
 def test_null_keys_values_and_header_values_survive() -> None:
@@ -370,4 +345,19 @@ def test_prebuilt_records_stand_in_for_kafka_pythons_builder() -> None:
         records.set_producer_state(99, 3, 0, False)
     batch, got = read_back(records.buffer())
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (99, 2, 40)
-    assert len(got) == 7 and bytes(dest.payload) != bytes(records.buffer())
+    assert len(got) == 7 and records.buffer() is dest.payload  # stamped in place, no copy
+
+
+def test_a_stop_offset_leaves_out_the_records_at_and_after_it() -> None:
+    data = make_batch(recs(0, 10)) + make_batch(recs(10, 10)) + make_batch(recs(20, 10))
+    batches, _ = split_batches(data)
+    rebuilt = rebuild(batches, 4, ORIGIN, stop=15)
+    assert rebuilt.next_offset == 15  # never past the stop, though the fetch went on
+    kept = [r for dest in rebuilt.batches for r in read_back(dest.payload)[1]]
+    assert [r.key for r in kept] == [b"k%d" % o for o in range(4, 15)]
+    (dest,) = rebuilt.batches  # merged, the straddling batch rebased
+    assert (dest.first_offset, dest.last_offset, dest.copied) == (4, 14, False)
+    assert rebuild(batches, 0, ORIGIN, stop=0).batches == []
+    # a whole batch before the stop is copied as it is
+    copied = rebuild(batches[:1], 0, ORIGIN, stop=10, budget=1024).batches
+    assert [d.copied for d in copied] == [True]

@@ -1,0 +1,62 @@
+"""Record batches crafted for unit tests: built with kafka-python's DefaultRecordBatchBuilder,
+patched by hand where a producer cannot write them (control batches, LogAppendTime, compaction
+gaps)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from crc32c import crc32c
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from relay.batches import codecs
+
+T0 = 1_700_000_000_000
+
+
+class Rec(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def recs(first: int, count: int, step: int = 1, size: int = 100) -> list[Rec]:
+    out = []
+    for i in range(count):
+        offset = first + i * step
+        value = (b"v%08d-" % offset) * (size // 10)
+        headers: list[tuple[str, bytes | None]] = [("h1", b"x%d" % offset), ("h2", None)]
+        out.append(Rec(offset, T0 + offset * 7, b"k%d" % offset, value, headers))
+    return out
+
+
+def make_batch(
+    records: Sequence[Rec],
+    codec: str = "none",
+    *,
+    attributes: int = 0,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+) -> bytes:
+    """One batch at base offset records[0].offset; `attributes` bits OR-ed in afterwards."""
+    base = records[0].offset
+    builder = DefaultRecordBatchBuilder(
+        2, codecs.BY_NAME[codec], bool(attributes & 0x10), *producer, batch_size=1 << 30
+    )
+    for r in records:
+        builder.append(r.offset - base, r.timestamp, r.key, r.value, r.headers)
+    buf = builder.build()
+    struct.pack_into(">q", buf, 0, base)
+    if attributes:
+        (old,) = struct.unpack_from(">h", buf, 21)
+        struct.pack_into(">h", buf, 21, old | attributes)
+        struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
+    return bytes(buf)
+
+
+def control_batch(offset: int, commit: bool = True) -> bytes:
+    marker = Rec(offset, T0, struct.pack(">hh", 0, int(commit)), b"\x00\x00\x00\x00\x00\x00", [])
+    return make_batch([marker], attributes=0x30, producer=(7, 0, 5))
