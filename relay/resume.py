@@ -1,11 +1,21 @@
 """Where each source partition resumes: read from the destination, never assumed.
 
 This module owns the rule, and speaks of the **next offset** only: the first source offset not
-yet at the destination. The destination's tail is read (the `ktm.src` provenance header every
-relayed record carries names its source offset), and a partition resumes at the next offset after
-the last one found there, or at the group's committed offset when that is later (the last records
-may all have been filtered out). kaf-relay assumes destination offset N == source offset N; that
-breaks with filters, fixed partitions, fan-in, other writers or a log not starting at 0.
+yet at the destination. The destination's tail is read as record batches, and the `ktm.src`
+provenance header (`relay.batches.provenance` has its two forms) says which source offsets each
+holds:
+
+- a destination batch whose **last record** carries a **batch-form** header (`.../a-b[,c-d]`,
+  the batch path) holds exactly the source offsets that header lists; the records before it are
+  never read (they may carry an earlier hop's header);
+- any other batch (the record path of older versions, restore) is read record by record: each
+  record's last `ktm.src` header of the record form (`.../offset`) names its own source offset.
+
+A batch is appended to a partition atomically, so the tail always ends on a record whose header
+is complete. A source partition resumes at the next offset after the highest one found, or at
+the group's committed offset when that is later (the last records may all have been filtered
+out). kaf-relay assumes destination offset N == source offset N; that breaks with filters,
+fixed partitions, fan-in, other writers or a log not starting at 0.
 
 Used by the driver (start-up, after a failed round, on failover) and by a retried task.
 """
@@ -18,10 +28,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from relay.clients import admin
+from relay.batches import Provenance, SourceBatch, last_provenance
+from relay.batches.records import Decoded, decode_batch
+from relay.clients import admin, batch_fetch
 from relay.config import ClusterConfig
 from relay.errors import KafkaSetupError, RelayError
-from relay.spec import PROVENANCE_HEADER, PartitionRoute, SourcePartition, parse_provenance
+from relay.spec import PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -42,33 +54,45 @@ class Delivered:
         return self.next_offset - 1
 
 
+def origins(batch: SourceBatch) -> list[tuple[Provenance, Decoded]]:
+    """What one destination batch holds, by the rule above: (provenance, the destination record
+    carrying it) for its last record (batch form) or for each of its records (record form)."""
+    last = decode_batch(batch, last_only=True)
+    if not last:
+        return []
+    found = last_provenance(last[0].headers)
+    if found is not None and found.batch:
+        return [(found, last[0])]
+    out = []
+    for record in decode_batch(batch):
+        found = last_provenance(record.headers)
+        if found is not None and not found.batch:
+            out.append((found, record))
+    return out
+
+
 def source_of(record: Any) -> tuple[SourcePartition, int] | None:
-    """The source partition and offset a destination record came from: its *last* provenance
-    header (a record relayed twice, A to B to C, carries both hops' headers; the last is this
-    one's)."""
-    last = None
-    for name, value in getattr(record, "headers", None) or ():
-        if name == PROVENANCE_HEADER:
-            last = value
-    parsed = parse_provenance(last) if last is not None else None
-    if parsed is None:
+    """The source partition and offset of a destination record that carries the record form
+    (restore writes it on every record; `relay.driver.translate` reads it)."""
+    found = last_provenance(getattr(record, "headers", None) or ())
+    if found is None or found.batch:
         return None
-    _, topic, partition, offset = parsed
-    return (topic, partition), offset
+    return (found.topic, found.partition), found.last
 
 
 def delivered_in(
-    records: Iterable[Any], wanted: set[SourcePartition]
+    batches: Iterable[SourceBatch], wanted: set[SourcePartition]
 ) -> dict[SourcePartition, Delivered]:
-    """Per wanted source partition, the record with the highest source offset in `records`."""
+    """Per wanted source partition, the highest source offset the batches hold, and the
+    destination record that holds it."""
     found: dict[SourcePartition, Delivered] = {}
-    for record in records:
-        origin = source_of(record)
-        if origin is None:
-            continue
-        key, offset = origin
-        if key in wanted and (key not in found or offset + 1 >= found[key].next_offset):
-            found[key] = Delivered(offset + 1, record)
+    for batch in batches:
+        for provenance, record in origins(batch):
+            key = (provenance.topic, provenance.partition)
+            if key in wanted and (
+                key not in found or provenance.next_offset >= found[key].next_offset
+            ):
+                found[key] = Delivered(provenance.next_offset, record)
     return found
 
 
@@ -84,13 +108,13 @@ def delivered(
     for route in routes:
         feeders[(route.target_topic, route.target_partition)].add(route.key)
 
-    def satisfied(dest: tuple[str, int], records: list[Any]) -> bool:
-        return set(delivered_in(records, feeders[dest])) == feeders[dest]
+    def satisfied(dest: tuple[str, int], batches: list[SourceBatch]) -> bool:
+        return set(delivered_in(batches, feeders[dest])) == feeders[dest]
 
-    tails = admin.read_tails(target, sorted(feeders), satisfied, timeout)
+    tails = batch_fetch.read_tails(target, sorted(feeders), satisfied, timeout)
     found: dict[SourcePartition, Delivered] = {}
-    for dest, records in tails.items():
-        found.update(delivered_in(records, feeders[dest]))
+    for dest, batches in tails.items():
+        found.update(delivered_in(batches, feeders[dest]))
     return found
 
 

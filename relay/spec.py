@@ -8,26 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# the record path stamps it (relay.executor.writers); one name for both forms
+from relay.batches.provenance import PROVENANCE_HEADER as PROVENANCE_HEADER
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
 from relay.filters import FilterSpec
-
-PROVENANCE_HEADER = "ktm.src"
 
 SourcePartition = tuple[str, int]  # (source topic, partition)
 
 
 def provenance_prefix(cluster: str, topic: str, partition: int) -> bytes:
-    """Header value up to the offset: `cluster/topic/partition/`. Topic names cannot hold '/'."""
+    """The record form's header value up to the offset: `cluster/topic/partition/` (see
+    relay.batches.provenance). Topic names cannot hold '/'."""
     return f"{cluster}/{topic}/{partition}/".encode()
-
-
-def parse_provenance(value: bytes) -> tuple[str, str, int, int] | None:
-    """(cluster, topic, partition, offset) from a header value, None if it is not ktm's."""
-    try:
-        cluster, topic, partition, offset = value.decode().rsplit("/", 3)
-        return cluster, topic, int(partition), int(offset)
-    except (UnicodeDecodeError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ workaround is one that is also right for Kafka, and a comment says so.
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
 import ssl
@@ -206,52 +205,6 @@ def records_at(cluster: ClusterConfig, wanted: dict[TP, int], timeout: float) ->
             records = read_range(consumer, TopicPartition(*key), offset, offset + 1, timeout)
             found[key] = records[0] if records else None
     return found
-
-
-def read_tails(
-    cluster: ClusterConfig,
-    tps: list[TP],
-    satisfied: Callable[[TP, list[Any]], bool],
-    timeout: float,
-) -> dict[TP, list[Any]]:
-    """The tail of each partition, read backwards until `satisfied(tp, records)` says enough."""
-    parts = [TopicPartition(*tp) for tp in tps]
-    tails: dict[TP, list[Any]] = {}
-    with probe_consumer(cluster, timeout) as consumer:
-        begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
-        end = real_end_offsets(consumer, parts, begin, timeout)
-        for tp in parts:
-            key: TP = (tp.topic, tp.partition)
-            tails[key] = scan_back(
-                consumer, tp, begin[tp], end[tp], functools.partial(satisfied, key), timeout=timeout
-            )
-    return tails
-
-
-def scan_back(
-    consumer: KafkaConsumer,
-    tp: TopicPartition,
-    begin: int,
-    end: int,
-    satisfied: Callable[[list[Any]], bool],
-    first_window: int = 500,
-    max_records: int = 200_000,
-    timeout: float = 30.0,
-) -> list[Any]:
-    """Read the tail of a partition backwards in growing windows until `satisfied(records)`.
-
-    Returns the records read (oldest first). Stops at the log start or after `max_records`.
-    """
-    window = first_window
-    records: list[Any] = []
-    upper = end
-    while upper > begin:
-        lower = max(begin, upper - window)
-        records = read_range(consumer, tp, lower, upper, timeout) + records
-        if satisfied(records) or end - lower >= max_records:
-            break
-        upper, window = lower, window * 4
-    return records
 
 
 def read_range(

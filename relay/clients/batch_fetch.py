@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import closing
 from typing import Any, NamedTuple
 
 from kafka import TopicPartition
@@ -24,6 +25,8 @@ from kafka import errors as kafka_errors
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest
 
+from relay.batches import SourceBatch, split_batches
+from relay.clients import admin
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 
@@ -34,6 +37,7 @@ _FetchPartition = _FetchTopic.FetchPartition
 _READ_UNCOMMITTED = 0
 _MIN_VERSION = 4  # the first with magic-2 batches, last stable offset and aborted transactions
 _MAX_VERSION = 12  # the last addressing topics by name (13 uses topic ids)
+_FRAME_MARGIN = 1024 * 1024  # a response's headers around its records
 
 
 class Fetched(NamedTuple):
@@ -51,14 +55,21 @@ class BatchFetcher:
         cluster: ClusterConfig,
         request_timeout: float = 10.0,
         *,
+        client: KafkaNetClient | None = None,
         max_wait: float = 0.1,
         partition_max_bytes: int = 8 * 1024 * 1024,
         max_bytes: int = 64 * 1024 * 1024,
     ):
-        # A fetch names its topics in metadata requests: they must not create them.
-        self._client = never_create_topics(
-            KafkaNetClient(**client_settings(cluster, request_timeout))
-        )
+        """`client`: a network client to share (a consumer's, whose commits then complete
+        while this fetches); it is not closed here."""
+        self._owns_client = client is None
+        if client is None:
+            # A fetch names its topics in metadata requests: they must not create them.
+            settings = client_settings(cluster, request_timeout)
+            # its default frame limit (1 MB) is below a fetch's: the consumer raises it alike
+            settings["receive_message_max_bytes"] = max_bytes + _FRAME_MARGIN
+            client = never_create_topics(KafkaNetClient(**settings))
+        self._client = client
         self._max_wait_ms = int(max_wait * 1000)
         self._partition_max_bytes = partition_max_bytes
         self._max_bytes = max_bytes
@@ -154,11 +165,75 @@ class BatchFetcher:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._client.close()
+            if self._owns_client:
+                self._client.close()
+
+
+def fetch_range(
+    fetcher: BatchFetcher, key: TP, lower: int, upper: int, timeout: float
+) -> list[SourceBatch]:
+    """The whole batches holding the offsets in [lower, upper), in order (the first may begin
+    before `lower`: a fetch starts at the batch holding its offset)."""
+    out: list[SourceBatch] = []
+    position = lower
+    deadline = time.monotonic() + timeout
+    while position < upper:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {key[0]}[{key[1]}] {lower}..{upper} timed out")
+        fetched = fetcher.fetch({key: position}, _seconds_left(deadline))[key]
+        if fetched.error is not None:
+            if not getattr(fetched.error, "retriable", False):
+                raise fetched.error
+            time.sleep(0.05)  # a leader moving or metadata refreshing; bounded by the deadline
+            continue
+        batches, _ = split_batches(fetched.data)
+        for batch in batches:
+            if batch.base_offset >= upper:
+                return out
+            if batch.next_offset > position:
+                out.append(batch)
+                position = batch.next_offset
+        if not batches and position >= fetched.high_watermark:
+            break  # nothing more to read (the end moved back: a truncated log)
+    return out
+
+
+def read_tails(
+    cluster: ClusterConfig,
+    tps: list[TP],
+    satisfied: Callable[[TP, list[SourceBatch]], bool],
+    timeout: float,
+    first_window: int = 500,
+    max_records: int = 200_000,
+) -> dict[TP, list[SourceBatch]]:
+    """The tail of each partition as record batches, read backwards in growing windows until
+    `satisfied(tp, batches)` says enough, the log start is reached, or `max_records` offsets
+    were read."""
+    begin, end = admin.offset_bounds(cluster, tps, timeout)
+    tails: dict[TP, list[SourceBatch]] = {}
+    with closing(BatchFetcher(cluster, timeout)) as fetcher:
+        for key in tps:
+            batches: list[SourceBatch] = []
+            upper, window = end[key], first_window
+            while upper > begin[key]:
+                lower = max(begin[key], upper - window)
+                older = fetch_range(fetcher, key, lower, upper, timeout)
+                if batches and older and older[-1].next_offset > batches[0].base_offset:
+                    older.pop()  # the batch holding `upper` was read with the later window
+                batches = older + batches
+                if satisfied(key, batches) or end[key] - lower >= max_records:
+                    break
+                upper, window = lower, window * 4
+            tails[key] = batches
+    return tails
 
 
 def _failed(error: BaseException) -> Fetched:
     return Fetched(b"", -1, -1, error)
+
+
+def _seconds_left(deadline: float) -> float:
+    return max(0.001, deadline - time.monotonic())
 
 
 def _ms_left(deadline: float) -> int:

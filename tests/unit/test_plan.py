@@ -2,27 +2,54 @@
 
 from __future__ import annotations
 
-from collections import namedtuple
+import struct
+from typing import Any
 
 import pytest
 
+from relay.batches import Origin, Provenance, parse_provenance, rebuild, split_batches
+from relay.batches.records import decode_batch
 from relay.config import TopicRoute
 from relay.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
-from relay.resume import choose_start, delivered_in
-from relay.spec import PROVENANCE_HEADER, PartitionRoute, parse_provenance, provenance_prefix
+from relay.resume import choose_start, delivered_in, origins, source_of
+from relay.spec import PROVENANCE_HEADER as HEADER
+from relay.spec import PartitionRoute, provenance_prefix
+from tests.support.batches import T0, Rec, make_batch, recs
 
-Rec = namedtuple("Rec", "headers")
+
+def _prov(topic: str, partition: int, offset: int, cluster: str = "src") -> bytes:
+    return provenance_prefix(cluster, topic, partition) + str(offset).encode()
 
 
-def _prov(topic: str, partition: int, offset: int, cluster: str = "src") -> Rec:
-    value = provenance_prefix(cluster, topic, partition) + str(offset).encode()
-    return Rec([("app", b"x"), (PROVENANCE_HEADER, value)])
+def _record_form(*origins: tuple[str, int, int], cluster: str = "src", at: int = 0) -> Any:
+    """A destination batch of the record path: every record carries its own source offset."""
+    records = [
+        Rec(
+            at + i,
+            T0 + i,
+            b"k%d" % i,
+            b"v%d" % o,
+            [("app", b"x"), (HEADER, _prov(t, p, o, cluster))],
+        )
+        for i, (t, p, o) in enumerate(origins)
+    ]
+    return split_batches(make_batch(records))[0][0]
+
+
+def _batch_form(source: list[Rec], first: int, cluster: str = "src", at: int = 0) -> Any:
+    """A destination batch of the batch path, rebuilt from `source` (topic "a", partition 0)."""
+    (built,) = rebuild(split_batches(make_batch(source))[0], first, Origin(cluster, "a", 0)).batches
+    payload = bytearray(built.payload)
+    struct.pack_into(">q", payload, 0, at)  # the offset the destination gave it
+    return split_batches(payload)[0][0]
 
 
 def test_provenance_round_trip_even_with_slashes_in_cluster_name() -> None:
     value = provenance_prefix("dc/one", "orders.v1", 7) + b"123456"
-    assert parse_provenance(value) == ("dc/one", "orders.v1", 7, 123456)
+    assert parse_provenance(value) == Provenance(
+        "dc/one", "orders.v1", 7, ((123456, 123456),), False
+    )
 
 
 @pytest.mark.parametrize("value", [b"", b"garbage", b"a/b/c/notanint", b"\xff\xfe/t/1/2"])
@@ -62,21 +89,49 @@ def test_plan_routes_refuses_what_would_lose_records(route, source, target, mess
     assert message in str(err.value)
 
 
-def _nexts(records, wanted) -> dict:
-    return {key: d.next_offset for key, d in delivered_in(records, wanted).items()}
+def _nexts(batches, wanted) -> dict:
+    return {key: d.next_offset for key, d in delivered_in(batches, wanted).items()}
 
 
-def test_delivered_takes_the_highest_offset_per_wanted_partition() -> None:
-    records = [_prov("a", 0, 5), _prov("a", 1, 9), _prov("a", 0, 6), _prov("b", 0, 99), Rec([])]
-    assert _nexts(records, {("a", 0), ("a", 1)}) == {("a", 0): 7, ("a", 1): 10}
-    last = delivered_in(records, {("a", 0)})[("a", 0)]
-    assert (last.offset, last.record) == (6, records[2])
+def test_record_form_batches_count_every_record_and_fan_in_is_kept_apart() -> None:
+    # the record path appends runs of several source partitions into one producer batch
+    batches = [
+        _record_form(("a", 0, 5), ("a", 1, 9), ("a", 0, 6), ("b", 0, 99)),
+        _record_form(("a", 1, 10), at=4),
+    ]
+    assert _nexts(batches, {("a", 0), ("a", 1)}) == {("a", 0): 7, ("a", 1): 11}
+    last = delivered_in(batches, {("a", 0)})[("a", 0)]
+    assert (last.offset, last.record.key, last.record.value) == (6, b"k2", b"v6")
 
 
 def test_delivered_matches_any_node_name() -> None:
     # Failover nodes carry different names but the same offsets: the node is not part of the key.
-    records = [_prov("a", 0, 5, cluster="node1"), _prov("a", 0, 8, cluster="node2")]
-    assert _nexts(records, {("a", 0)}) == {("a", 0): 9}
+    batches = [
+        _record_form(("a", 0, 5), cluster="node1"),
+        _record_form(("a", 0, 8), cluster="node2"),
+    ]
+    assert _nexts(batches, {("a", 0)}) == {("a", 0): 9}
+
+
+def test_a_batch_form_batch_is_read_by_its_last_record_only() -> None:
+    source = recs(10, 6)
+    # relayed twice (A to B to C): a middle record carries the first hop's header, naming the
+    # same topic and partition at a later offset; this hop added none to it
+    source[2].headers.append((HEADER, b"A/a/0/700-720"))
+    batch = _batch_form(source, 12, at=40)  # a restart inside the source batch: 12..15 only
+    (found,) = origins(batch)
+    assert found[0] == Provenance("src", "a", 0, ((12, 15),))
+    assert (found[1].offset, found[1].key, found[1].timestamp) == (43, b"k15", source[-1].timestamp)
+    assert _nexts([batch], {("a", 0)}) == {("a", 0): 16}
+
+
+def test_older_record_form_batches_then_batch_form_resume_after_the_last() -> None:
+    older = _record_form(("a", 0, 0), ("a", 0, 1), ("a", 0, 2))
+    newer = _batch_form(recs(3, 4), 3, at=3)
+    assert _nexts([older], {("a", 0)}) == {("a", 0): 3}
+    assert _nexts([older, newer], {("a", 0)}) == {("a", 0): 7}
+    assert source_of(decode_batch(older)[1]) == (("a", 0), 1)
+    assert source_of(decode_batch(newer)[-1]) is None  # the record form only
 
 
 def test_choose_start_prefers_the_latest_safe_point() -> None:
