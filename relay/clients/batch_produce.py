@@ -35,7 +35,7 @@ to `[target].batch_size`, or up to 1,000,000 bytes for a source batch copied who
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
@@ -56,7 +56,7 @@ class PrebuiltRecords:
     __slots__ = ("_buffer", "_count", "_raw_size", "_closed", "_state")
 
     def __init__(self, batch: DestBatch):
-        self._buffer = bytearray(batch.payload)  # stamped in place on close
+        self._buffer = batch.payload  # stamped in place on close (the built batch is ours)
         self._count = batch.count
         self._raw_size = max(1, batch.records_size)
         self._closed = False
@@ -153,10 +153,15 @@ def has_batch_internals(producer: KafkaProducer) -> bool:
 
 
 def append_batches(
-    producer: KafkaProducer, topic: str, partition: int, batches: Sequence[DestBatch]
+    producer: KafkaProducer,
+    topic: str,
+    partition: int,
+    batches: Sequence[DestBatch],
+    refused: Callable[[TopicPartition], bool] = lambda _: False,
 ) -> list[BatchDelivery]:
     """Queue built batches, in order, behind whatever the partition already holds; one
-    delivery per batch. The caller checked `has_batch_internals`."""
+    delivery per batch. The caller checked `has_batch_internals`. `refused(tp)`, asked under
+    the partition's lock, raises to refuse the batches (see relay.clients.producer)."""
     if not batches:
         return []
     partitions = producer._metadata.partitions_for_topic(topic)
@@ -173,6 +178,7 @@ def append_batches(
         with acc._tp_lock(tp):
             if acc._closed:
                 raise IllegalStateError("the producer is closed")
+            refused(tp)
             dq = acc._batches[tp]
             for built in batches:
                 producer_batch = ProducerBatch(tp, PrebuiltRecords(built), now=now)

@@ -30,6 +30,7 @@ from kafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from relay.batches import DestBatch
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import TargetConfig
 
@@ -114,6 +115,8 @@ class Producer:
         self.ack_deadline = 2 * settings["delivery_timeout_ms"] / 1000 + 5
         self._closed = False
         self._bulk = bulk and _has_bulk_internals(self._producer)
+        # built batches (the batch path) go through the same accumulator and sender
+        self.takes_built = self._bulk and batch_produce().has_batch_internals(self._producer)
         if bulk and not self._bulk:
             log.warning("kafka-python internals changed: producing one record at a time")
         if self._bulk:
@@ -137,6 +140,23 @@ class Producer:
         segments = _append_bulk(self._producer._accumulator, tp, items, self._failed)
         self._producer._sender.wakeup()
         return segments
+
+    def send_built(
+        self, topic: str, partition: int, batches: Sequence[DestBatch]
+    ) -> list[Delivery]:
+        """Queue batches built by relay.batches, in order; one delivery per batch. Sequence
+        numbers, retries and acks stay kafka-python's (relay.clients.batch_produce)."""
+        if not self.takes_built:
+            raise RuntimeError("kafka-python internals changed: cannot send built batches")
+
+        def refused(tp: TopicPartition) -> None:
+            if tp in self._failed:
+                raise PartitionFailed(tp.topic, tp.partition)
+
+        appended = batch_produce().append_batches(
+            self._producer, topic, partition, batches, refused
+        )
+        return list(appended)
 
     def _send_one(self, topic: str, partition: int, item: Item) -> Any:
         timestamp, key, value, headers = item
@@ -167,6 +187,13 @@ class Producer:
             sender = self._producer._sender
             sender.force_close()
             sender.join(timeout)
+
+
+def batch_produce() -> Any:
+    """relay.clients.batch_produce, which builds on this module's Delivery (imported late)."""
+    from relay.clients import batch_produce as module
+
+    return module
 
 
 def _has_bulk_internals(producer: KafkaProducer) -> bool:

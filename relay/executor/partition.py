@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.batches import SourceBatch
 from relay.executor.writers import KafkaWriter, SegmentWriter
 from relay.filters import FilterRecord, FilterRuntimeError, apply_filters
 from relay.spec import PartitionProgress, PartitionWork
@@ -36,7 +37,11 @@ class PartitionState:
     # ---- reading ------------------------------------------------------------------------------
 
     def handle(self, records: list[Any]) -> None:
-        """Filter and write one fetch of this partition's records, in order."""
+        """Filter and write one fetch of this partition's records, in order (or, on the batch
+        path, its record batches: see `_handle_batches`)."""
+        if records and isinstance(records[0], SourceBatch):
+            self._handle_batches(records)
+            return
         if self.stop is not None:
             records = [r for r in records if r.offset < self.stop]
         if not records:
@@ -47,6 +52,14 @@ class PartitionState:
             records = self._allowed(records)
         self.writer.write(records)
         self.processed_to = max(self.processed_to, handled_to)
+
+    def _handle_batches(self, batches: list[SourceBatch]) -> None:
+        """No filter looks inside: the batches are rebuilt and written whole, from the first
+        offset not handled yet (a fetch may start inside a batch) up to the stop offset."""
+        assert isinstance(self.writer, KafkaWriter)
+        rebuilt = self.writer.write_batches(batches, self.processed_to, self.stop)
+        self.consumed += sum(built.count for built in rebuilt.batches)
+        self.processed_to = max(self.processed_to, rebuilt.next_offset)
 
     def advance(self, position: int) -> None:
         """The reader's position may be past offsets with no record (compaction, transaction

@@ -13,6 +13,8 @@ import os
 from dataclasses import replace
 from typing import Any, Protocol
 
+from relay.batches import Origin, codecs
+from relay.clients.batch_reader import BatchReader
 from relay.clients.consumer import GroupReader
 from relay.clients.producer import Producer
 from relay.config import ClusterConfig, TargetConfig
@@ -25,13 +27,13 @@ from relay.spec import (
     PartitionWork,
     RestoreTask,
     TaskSpec,
-    provenance_prefix,
 )
 from relay.store.configured import cached_store
 
 log = logging.getLogger(__name__)
 
-_readers: dict[tuple[ClusterConfig, str], GroupReader] = {}
+# (source, group, batch path): one reader per worker process at a time
+_readers: dict[tuple[ClusterConfig, str, bool], GroupReader] = {}
 _producers: dict[TargetConfig, Producer] = {}
 
 
@@ -107,15 +109,17 @@ class _KafkaTarget:
         return _moved_forward(self.partitions, found)
 
 
-def _source_reader(source: ClusterConfig, group_id: str) -> GroupReader:
-    key = (source, group_id)
+def _source_reader(source: ClusterConfig, group_id: str, batches: bool = False) -> GroupReader:
+    """The worker's cached reader: of record batches (the batch path) or of records."""
+    key = (source, group_id, batches)
     for other in [k for k in _readers if k != key]:
         # After a failover the old node's client is closed, not left reconnecting forever
         # (and, on brokers that auto-create topics, re-creating them when the node returns).
         _close_quietly(_readers.pop(other).close)
     if key not in _readers:
         try:
-            _readers[key] = GroupReader(source, group_id)
+            kind = BatchReader if batches else GroupReader
+            _readers[key] = kind(source, group_id)
         except Exception as exc:
             raise SourceFailure(str(exc)) from exc
     return _readers[key]
@@ -127,22 +131,28 @@ def _evict_reader(source: ClusterConfig, group_id: str, kind: str) -> None:
     more in the next round (both tasks idle in KafkaConsumer.poll, lag left, the target frozen
     a moment before: tests/integration/test_destination_faults.py)."""
     if kind in ("source", "internal", "target"):
-        reader = _readers.pop((source, group_id), None)
-        if reader is not None:
-            _close_quietly(reader.close)
+        for key in [k for k in _readers if k[:2] == (source, group_id)]:
+            _close_quietly(_readers.pop(key).close)
 
 
 class RelaySides(_KafkaTarget):
+    """Relay reads record batches and writes them rebuilt (the batch path), unless a filter
+    must see the records (or kafka-python's internals are not the ones the batch path uses):
+    then records are read, filtered and written one by one (the record path)."""
+
     def __init__(self, task: GroupTask):
         super().__init__(task.target, task.partitions)
         self.task = task
 
     def reader(self) -> GroupReader:
-        return _source_reader(self.task.source, self.task.group_id)
+        batches = not self.task.filters and self.producer().takes_built
+        return _source_reader(self.task.source, self.task.group_id, batches)
 
     def writer(self, work: PartitionWork, latencies: list[float]) -> KafkaWriter:
-        prefix = provenance_prefix(self.task.source.name, work.route.topic, work.route.partition)
-        return KafkaWriter(self.producer(), work.route, prefix, latencies)
+        origin = Origin(self.task.source.name, work.route.topic, work.route.partition)
+        target = self.target
+        shape = (codecs.BY_NAME[target.compression], target.batch_size)
+        return KafkaWriter(self.producer(), work.route, origin, latencies, shape)
 
     def evict(self, kind: str) -> None:
         super().evict(kind)
@@ -161,8 +171,8 @@ class RestoreSides(_KafkaTarget):
     def writer(self, work: PartitionWork, latencies: list[float]) -> KafkaWriter:
         # Restored records carry the same provenance header as relayed ones, named after the
         # stored cluster: a relay into the same topic later resumes after the last one.
-        prefix = provenance_prefix(self.task.store.cluster, work.route.topic, work.route.partition)
-        return KafkaWriter(self.producer(), work.route, prefix, latencies)
+        origin = Origin(self.task.store.cluster, work.route.topic, work.route.partition)
+        return KafkaWriter(self.producer(), work.route, origin, latencies)
 
 
 class BackupSides:

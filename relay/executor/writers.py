@@ -11,9 +11,11 @@ import time
 from collections import deque
 from typing import Any
 
-from relay.clients.producer import TOO_LARGE, Delivery, Producer
+from relay.batches import Origin, Rebuilt, SourceBatch, codecs, rebuild
+from relay.batches.build import DEFAULT_BUDGET
+from relay.clients.producer import TOO_LARGE, Delivery, PartitionFailed, Producer
 from relay.config import StoreConfig
-from relay.spec import PROVENANCE_HEADER, PartitionRoute
+from relay.spec import PROVENANCE_HEADER, PartitionRoute, provenance_prefix
 from relay.store import SegmentBuffer, SegmentStore
 
 MAX_LATENCY_SAMPLES = 200  # per report: enough for a histogram, small to send
@@ -51,13 +53,20 @@ class KafkaWriter:
     lost, and the records after the hole may arrive twice."""
 
     def __init__(
-        self, producer: Producer, route: PartitionRoute, prefix: bytes, latencies: list[float]
+        self,
+        producer: Producer,
+        route: PartitionRoute,
+        origin: Origin,
+        latencies: list[float],
+        shape: tuple[int, int] = (codecs.NONE, DEFAULT_BUDGET),
     ):
-        self.producer, self.route, self.prefix = producer, route, prefix
+        self.producer, self.route, self.origin = producer, route, origin
+        self.prefix = provenance_prefix(origin.cluster, origin.topic, origin.partition)
+        self.codec, self.budget = shape  # of the destination batches the batch path builds
         # (first source offset, record count, delivery of the run holding them, (offset, size)
-        # of the run's largest record: named if the destination refuses it as too large, when
-        # it was written)
-        self.pending: deque[tuple[int, int, Delivery, tuple[int, int], float]] = deque()
+        # of the run's largest record: named if the destination refuses it as too large (None
+        # for a built batch), when it was written)
+        self.pending: deque[tuple[int, int, Delivery, tuple[int, int] | None, float]] = deque()
         self.acked = 0  # records acknowledged
         self.written_bytes = 0
         self.segments = 0
@@ -77,7 +86,7 @@ class KafkaWriter:
         try:
             segments = self.producer.send_batch(route.target_topic, route.target_partition, items)
         except Exception as exc:
-            raise TargetFailure(str(exc), route.key) from exc
+            raise self._refused(exc) from exc
         self.written_bytes += sum(sizes)
         index, now = 0, time.monotonic()
         for count, future in segments:
@@ -86,6 +95,36 @@ class KafkaWriter:
             self.pending.append((records[index].offset, count, future, largest, now))
             index += count
         self._sample_latency(segments[-1][1], records[-1].timestamp)
+
+    def write_batches(self, batches: list[SourceBatch], start: int, stop: int | None) -> Rebuilt:
+        """The batch path: source batches rebuilt into destination batches (the records at or
+        after `start` and before `stop`), each queued whole; what was rebuilt is returned."""
+        rebuilt = rebuild(batches, start, self.origin, self.codec, self.budget, stop=stop)
+        if not rebuilt.batches:
+            return rebuilt
+        route = self.route
+        try:
+            deliveries = self.producer.send_built(
+                route.target_topic, route.target_partition, rebuilt.batches
+            )
+        except Exception as exc:
+            raise self._refused(exc) from exc
+        now = time.monotonic()
+        for built, delivery in zip(rebuilt.batches, deliveries, strict=True):
+            # a batch refused as too large names the batch: its records are not looked at
+            self.pending.append((built.first_offset, built.count, delivery, None, now))
+            self.written_bytes += built.records_size
+        self._sample_latency(deliveries[-1], rebuilt.batches[-1].max_timestamp)
+        return rebuilt
+
+    def _refused(self, exc: Exception) -> TargetFailure:
+        """The producer took no more records: after a failed batch of this partition, that
+        batch's failure names what went wrong (and which records)."""
+        if isinstance(exc, PartitionFailed):
+            failure = self.failure()
+            if failure is not None:
+                return failure
+        return TargetFailure(str(exc), self.route.key)
 
     def _sample_latency(self, delivery: Delivery, timestamp_ms: int) -> None:
         samples = self._latencies
@@ -104,7 +143,7 @@ class KafkaWriter:
         naming the source records it held and whether a hole followed it."""
         if not self.pending:
             return None
-        first, count, delivery, (big_offset, big_size), written_at = self.pending[0]
+        first, count, delivery, largest, written_at = self.pending[0]
         error = delivery.error()
         waited = time.monotonic() - written_at
         if error is None and not delivery.done and waited > self.producer.ack_deadline:
@@ -116,10 +155,16 @@ class KafkaWriter:
             return None
         route = self.route
         where = f"destination {route.target_topic}[{route.target_partition}]"
-        if isinstance(error, TOO_LARGE):
+        if isinstance(error, TOO_LARGE) and largest is not None:
             what = (
-                f"record {route.topic}[{route.partition}] offset {big_offset} ({big_size} bytes "
-                f"of key and value) is too large for {where}"
+                f"record {route.topic}[{route.partition}] offset {largest[0]} ({largest[1]} "
+                f"bytes of key and value) is too large for {where}"
+            )
+        elif isinstance(error, TOO_LARGE):
+            what = (
+                f"{where} refused {route.topic}[{route.partition}] offsets from {first} "
+                f"({count} records in one batch) as too large: lower [target].batch_size, or a "
+                "record is larger than the destination allows"
             )
         else:
             last = first + count - 1

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.support.feeder import Feeder
 from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
@@ -34,9 +35,8 @@ pytestmark = [
 ]
 
 PARTITIONS = 4
-RECORDS = 60_000
+BACKLOG = 20_000  # waiting when ktm starts; a feeder keeps adding while the target is frozen
 # Deliveries expire after twice the request timeout (plus linger): 2 s, well within the freeze.
-# Small unbatched produce requests keep the copy slow enough to freeze mid-way.
 TARGET = (
     'request_timeout = "1s"\nmax_retries = 20\nbackoff_min = "200ms"\nbackoff_max = "1s"\n'
     'batch_size = 1024\nlinger = "0ms"'
@@ -52,30 +52,39 @@ def test_a_target_frozen_mid_stream_fails_batches_and_the_relay_still_copies_exa
     source_broker, target_broker, tmp_path
 ):
     src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "frozen", PARTITIONS)
-    batch = [
-        Record(key=b"k%d" % i, value=b"%08d" % i + b"." * 92, partition=i % PARTITIONS)
-        for i in range(RECORDS)
+    backlog = [
+        Record(key=b"b%d" % i, value=b"%08d" % i + b"." * 92, partition=i % PARTITIONS)
+        for i in range(BACKLOG)
     ]
-    produce(source_broker.bootstrap, src, batch)
+    produce(source_broker.bootstrap, src, backlog)
     port = free_port()
     conf = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
                         target=target_broker.bootstrap, topics={src: dst},
                         app=f'metrics_addr = "127.0.0.1:{port}"', extra=TARGET)  # fmt: skip
     head, _, tail = conf.read_text().rpartition(FAST_RETRIES)  # [target]'s: TARGET replaces it
     conf.write_text((head + tail).replace(FAST_GROUP, SESSION))
-    with Ktm(tmp_path, "--config", str(conf), "--stop-at-end", "--no-progress") as relay:
+    feeder = Feeder(source_broker.bootstrap, src, PARTITIONS, per_batch=40, pause=0.02)
+    with Ktm(tmp_path, "--config", str(conf), "--no-progress") as relay:
 
         def relayed() -> float:
             return metric_total(port, "ktm_messages_produced_total") or 0
 
-        wait_for(lambda: relayed() > 2_000, 120, "records relayed", relay)
-        assert relayed() < RECORDS, "the freeze must come mid-stream"
-        os.kill(target_broker.pid, signal.SIGSTOP)
         try:
-            time.sleep(FREEZE_SECONDS)
+            wait_for(lambda: relayed() > BACKLOG, 120, "the backlog relayed", relay)
+            os.kill(target_broker.pid, signal.SIGSTOP)  # mid-stream: the feeder goes on
+            try:
+                time.sleep(FREEZE_SECONDS)
+            finally:
+                os.kill(target_broker.pid, signal.SIGCONT)
+            time.sleep(2)  # records keep flowing after the thaw
         finally:
-            os.kill(target_broker.pid, signal.SIGCONT)
-        run = relay.wait(timeout=180)
+            sent = feeder.stop()
+        # records that landed without an ack are re-read from the destination, never counted
+        # as produced: the destination's count says when everything arrived
+        arrived = lambda: sum(map(len, read_all(target_broker.bootstrap, dst).values()))  # noqa: E731
+        wait_for(lambda: arrived() >= BACKLOG + sent, 120, "every record relayed", relay)
+        relay.proc.send_signal(signal.SIGTERM)
+        run = relay.wait(timeout=60)
     assert run.returncode == 0, run.stderr
     assert "did not take" in run.stderr or "no acknowledgement" in run.stderr, run.stderr
     source = read_all(source_broker.bootstrap, src, timeout=30)

@@ -33,7 +33,7 @@ from tests.support.kafka import (
     read_all,
     unique_topic,
 )
-from tests.support.relay import assert_exact_copy, provenance
+from tests.support.relay import assert_exact_copy, attributed
 
 pytestmark = [
     pytest.mark.timeout(150),
@@ -287,7 +287,7 @@ def test_continuity_mismatch_stops_without_skipping(cluster, tmp_path):
     assert relay.error is not None and "continuity check failed" in str(relay.error)
     assert "node2" in str(relay.error)
     copied = _all(target.bootstrap, dest)
-    assert all(provenance(r)[0] == "node1" for r in copied)
+    assert all(relayed.source == "node1" for relayed in attributed(copied))
     assert len(copied) == 200 and _per_partition_exact(copied, 200 // PARTITIONS)
 
 
@@ -341,8 +341,8 @@ def _per_partition_exact(copied: list[Any], per_partition: int) -> bool:
     """Each partition's records, in order, from offset 0 (200 records over 6 partitions: the
     first two partitions hold one more)."""
     seen: dict[int, list[int]] = {}
-    for record in copied:
-        seen.setdefault(provenance(record)[2], []).append(provenance(record)[3])
+    for relayed in attributed(copied):
+        seen.setdefault(relayed.partition, []).append(relayed.offset)
     return all(offsets == list(range(len(offsets))) for offsets in seen.values()) and all(
         len(offsets) in (per_partition, per_partition + 1) for offsets in seen.values()
     )
@@ -355,7 +355,7 @@ def _all(bootstrap: str, topic: str) -> list[Any]:
 def _wait_first_from(bootstrap: str, topic: str, node: str, timeout: float) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(provenance(r)[0] == node for r in _all(bootstrap, topic)):
+        if any(relayed.source == node for relayed in attributed(_all(bootstrap, topic))):
             return time.monotonic()
         time.sleep(0.1)
     raise AssertionError(f"no record from {node} within {timeout}s")

@@ -182,9 +182,11 @@ def freeze_target_until_stuck_fires(prom: Prometheus, group: Group) -> None:
         )
         stuck = prom.alerts("KtmPartitionStuck", "firing")
         assert {a["labels"]["source_topic"] for a in stuck} == {group.topic}
-        # what the operator sees meanwhile: the retries and errors panels have series
-        assert series_of(prom, 'ktm_retries_total{side="target"}') > 0
-        assert series_of(prom, 'ktm_errors_total{kind="target"}') > 0
+        # what the operator sees meanwhile: the retries and errors panels have series. Which
+        # side fails first depends on timing (seen under load: the target is also the group's
+        # coordinator, so the tasks may lose their lease before a delivery times out)
+        assert series_of(prom, "ktm_retries_total") > 0
+        assert series_of(prom, 'ktm_errors_total{kind=~"target|channel"}') > 0
     finally:
         os.kill(pid, signal.SIGCONT)
 

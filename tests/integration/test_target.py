@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from relay.batches import Origin
 from relay.clients.producer import Delivery, Producer
 from relay.config import ClusterConfig, TargetConfig
 from tests.support.kafka import (
@@ -147,8 +148,8 @@ def test_a_batch_expired_unsent_stops_its_partition_so_no_hole_can_form(target_b
         ClusterConfig("target", (target_broker.bootstrap,)), linger=30.0, batch_size=256
     )
     producer = Producer(cfg)
-    writer = KafkaWriter(producer, PartitionRoute("src", 3, topic, 0), b"c/src/3/", [])
-    other = KafkaWriter(producer, PartitionRoute("src", 4, topic, 1), b"c/src/4/", [])
+    writer = KafkaWriter(producer, PartitionRoute("src", 3, topic, 0), Origin("c", "src", 3), [])
+    other = KafkaWriter(producer, PartitionRoute("src", 4, topic, 1), Origin("c", "src", 4), [])
     try:
         writer.write([Offset(o) for o in range(100, 120)])  # several batches (256 bytes each)
         assert len(writer.pending) > 1
@@ -162,7 +163,8 @@ def test_a_batch_expired_unsent_stops_its_partition_so_no_hole_can_form(target_b
         producer._producer._sender.wakeup()
         ended([entry[2] for entry in writer.pending], 20)  # the queued ones fail with it
         acc.muted.discard(tp)
-        with pytest.raises(TargetFailure, match="failed"):
+        # refused, naming the records of the batch that failed first
+        with pytest.raises(TargetFailure, match=r"did not take src\[3\] offsets 100-"):
             writer.write([Offset(o) for o in range(120, 125)])
         other.write([Offset(o) for o in range(0, 5)])
         producer.flush(timeout=20)

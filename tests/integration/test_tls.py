@@ -38,7 +38,7 @@ from tests.support.kafka import (
     read_all,
     unique_topic,
 )
-from tests.support.relay import FAST_RETRIES, assert_exact_copy, provenance
+from tests.support.relay import FAST_RETRIES, assert_exact_copy, attributed
 from tests.support.tls_proxy import TestCerts, TlsProxy, make_ca, server_context
 
 pytestmark = pytest.mark.timeout(120)
@@ -277,7 +277,7 @@ def assert_copied(source: dict[int, list[Any]], copied: dict[int, list[Any]], to
     assert {p: len(rs) for p, rs in copied.items()} == {p: len(rs) for p, rs in source.items()}
     for partition, got in copied.items():
         assert_exact_copy({partition: source[partition]}, got, topic)
-        assert {provenance(r)[2] for r in got} <= {partition}
+        assert {relayed.partition for relayed in attributed(got)} <= {partition}
 
 
 # --- tests -------------------------------------------------------------------------------------

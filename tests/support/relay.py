@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.serializer import Serializer
 
 from tests.support.kafka import Record, create_topic, produce, unique_topic
 
-PROVENANCE = "ktm.src"  # the header every relayed record carries: "<source>/<topic>/<p>/<offset>"
+PROVENANCE = "ktm.src"  # the provenance header (relay.batches.provenance has its two forms)
 FAST_RETRIES = 'max_retries = 1\nbackoff_min = "100ms"\nbackoff_max = "200ms"'
 # A short group session: joining waits half of it on Tansu, and a dead process's partitions move
 # after it (production default: 6s).
@@ -45,21 +45,66 @@ def write_config(
     return path
 
 
+class Relayed(NamedTuple):
+    """A destination record and the source record it copies."""
+
+    record: Any
+    source: str
+    topic: str
+    partition: int
+    offset: int
+
+
+def attributed(records: Iterable[Any]) -> list[Relayed]:
+    """Each destination record with the source record it copies, read from the ktm.src headers
+    in destination order (per destination topic and partition):
+    - the record form, `<source>/<topic>/<p>/<offset>` on a record, names that record's own;
+    - the batch form, `<source>/<topic>/<p>/<a>-<b>[,<c>-<d>...]` on the last record of a
+      destination batch, lists the offsets of that batch's records in order: the records since
+      the previous header, and itself.
+    Every record must be accounted for, exactly."""
+    out: list[Relayed] = []
+    waiting: dict[tuple[str, int], list[Any]] = {}
+    for record in records:
+        stream = waiting.setdefault((record.topic, record.partition), [])
+        values = [value for name, value in record.headers if name == PROVENANCE]
+        stream.append(record)
+        if not values:
+            continue
+        source, topic, partition, offsets = values[-1].decode().rsplit("/", 3)
+        numbers = [int(offsets)] if "-" not in offsets else _offsets_of_runs(offsets)
+        assert len(numbers) == len(stream), f"{values[-1]!r} does not cover {len(stream)} records"
+        out += [
+            Relayed(r, source, topic, int(partition), o)
+            for r, o in zip(stream, numbers, strict=True)
+        ]
+        stream.clear()
+    left = {key: len(stream) for key, stream in waiting.items() if stream}
+    assert not left, f"records with no provenance after them: {left}"
+    return out
+
+
+def _offsets_of_runs(runs: str) -> list[int]:
+    offsets: list[int] = []
+    for run in runs.split(","):
+        first, last = run.split("-")
+        offsets += range(int(first), int(last) + 1)
+    return offsets
+
+
 def provenance(record: Any) -> tuple[str, str, int, int]:
-    """(source name, topic, partition, offset) from the record's single ktm.src header."""
-    values = [value for name, value in record.headers if name == PROVENANCE]
-    assert len(values) == 1, f"expected one {PROVENANCE} header, got {record.headers!r}"
-    source, topic, partition, offset = values[0].decode().rsplit("/", 3)
-    return source, topic, int(partition), int(offset)
+    """(source name, topic, partition, offset) of one record carrying the record form (the
+    record path: relayed with a filter, or restored)."""
+    (found,) = attributed([record])
+    return found.source, found.topic, found.partition, found.offset
 
 
 def relayed_offsets(records: Iterable[Any]) -> dict[tuple[str, int], list[int]]:
     """Source offsets named by the destination records, in destination order, per source
     (topic, partition)."""
     found: dict[tuple[str, int], list[int]] = {}
-    for record in records:
-        _, topic, partition, offset = provenance(record)
-        found.setdefault((topic, partition), []).append(offset)
+    for relayed in attributed(records):
+        found.setdefault((relayed.topic, relayed.partition), []).append(relayed.offset)
     return found
 
 
@@ -90,13 +135,10 @@ def listed_end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int,
         consumer.close(autocommit=False)
 
 
-def copy_view(record: Any) -> tuple[Any, ...]:
+def copy_view(record: Any, offset: int | None = None) -> tuple[Any, ...]:
     """What the relay must keep of a record: source offset, key, value, headers, timestamp."""
-    if any(name == PROVENANCE for name, _ in record.headers):
-        offset = provenance(record)[3]
-    else:
-        offset = record.offset
     headers = without_provenance(record.headers)
+    offset = record.offset if offset is None else offset
     return (offset, record.key, record.value, headers, record.timestamp, record.timestamp_type)
 
 
@@ -105,10 +147,10 @@ def assert_exact_copy(
 ) -> None:
     """Every record of source ``topic`` once, in order, unchanged, among ``destination``."""
     copied: dict[int, list[tuple[Any, ...]]] = {p: [] for p in source}
-    for record in destination:
-        _, src_topic, partition, _ = provenance(record)
-        if src_topic == topic:
-            copied.setdefault(partition, []).append(copy_view(record))
+    for relayed in attributed(destination):
+        if relayed.topic == topic:
+            view = copy_view(relayed.record, relayed.offset)
+            copied.setdefault(relayed.partition, []).append(view)
     for partition, records in source.items():
         expected = [copy_view(r) for r in records]
         got = copied[partition]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from relay.batches import Origin
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
 from relay.executor.task import GroupRun
 from relay.executor.writers import KafkaWriter, SegmentWriter
@@ -147,8 +148,8 @@ def task(stops: tuple[int | None, int | None], filters: tuple[FilterSpec, ...] =
 
 def kafka_run(spec: GroupTask, reader: FakeReader, producer: FakeProducer, channel: Any) -> Any:
     def writer(work: PartitionWork, latencies: list[float]) -> KafkaWriter:
-        prefix = b"src/t/%d/" % work.route.partition
-        return KafkaWriter(producer, work.route, prefix, latencies)  # type: ignore[arg-type]
+        origin = Origin("src", "t", work.route.partition)
+        return KafkaWriter(producer, work.route, origin, latencies)  # type: ignore[arg-type]
 
     sides = Sides(spec, reader, writer)
     run = GroupRun(spec, 0, channel, sides)
@@ -242,7 +243,7 @@ def test_a_failed_run_followed_by_an_acknowledged_one_is_a_hole_the_task_reports
     from relay.executor.partition import PartitionState
 
     route = PartitionRoute("t", 0, "t-copy", 0)
-    writer = KafkaWriter(RunsProducer([False, True, False]), route, b"c/t/0/", [])  # type: ignore[arg-type]
+    writer = KafkaWriter(RunsProducer([False, True, False]), route, Origin("c", "t", 0), [])  # type: ignore[arg-type]
     part = PartitionState(PartitionWork(route, 0), writer, [], set())
     for first in (0, 3, 6):  # written before the failure was seen (acks come later)
         part.handle([Rec(offset=o) for o in range(first, first + 3)])
