@@ -25,7 +25,7 @@ from scripts.bench.data import Cluster
 from scripts.bench.machine import header, load_average
 from scripts.bench.options import Options, parse_args
 from scripts.bench.processes import kill_all
-from scripts.bench.report import Table
+from scripts.bench.report import Table, aggregate
 
 MEASURES: dict[str, Callable[[Bench, Options], Table]] = {
     "throughput": measure_copy.throughput,
@@ -68,26 +68,43 @@ def describe(opts: Options) -> str:
     mode = "QUICK smoke run (numbers are not comparable)" if opts.quick else "full sizes"
     extra = f"; ktm config extras {list(opts.ktm_set)}" if opts.ktm_set else ""
     missing = "" if has_confluent() else " (confluent-kafka not installed: its rows skipped)"
+    repeat = f"; each section {opts.repeat} times" if opts.repeat > 1 else ""
     return (
         f"{mode}; sections {','.join(opts.sections)}; contenders {','.join(opts.contenders)}"
-        f"{missing}; {opts.size} B values + key + 2 headers{extra}"
+        f"{missing}; {opts.size} B values + key + 2 headers{repeat}{extra}"
     )
 
 
-def run_sections(bench: Bench, opts: Options) -> tuple[list[Table], bool]:
+def run_section(name: str, bench: Bench, opts: Options) -> tuple[list[Table], bool]:
+    """The section's tables, one per run that did not fail, and whether all went well."""
     tables, ok = [], True
-    for name in opts.sections:
+    for run in range(1, opts.repeat + 1):
+        label = f"{name} run {run}/{opts.repeat}" if opts.repeat > 1 else name
         try:
             table = MEASURES[name](bench, opts)
-        except Exception:  # noqa: BLE001 - one broken section must not hide the others
-            print(f"\n[{name}] FAILED:\n{traceback.format_exc()}", flush=True)
+        except Exception:  # noqa: BLE001 - one broken run must not hide the others
+            print(f"\n[{label}] FAILED:\n{traceback.format_exc()}", flush=True)
             ok = False
             continue
         finally:
-            kill_all()  # nothing started by one section lives on into the next
-        print("\n" + table.render(), flush=True)
+            kill_all()  # nothing started by one run lives on into the next
+        print(f"\n({label})\n" if opts.repeat > 1 else "\n", table.render(), sep="", flush=True)
         tables.append(table)
         ok &= not any(cell.startswith(BAD_CHECKS) for row in table.rows for cell in row)
+    return tables, ok
+
+
+def run_sections(bench: Bench, opts: Options) -> tuple[list[Table], bool]:
+    """Every chosen section; with --repeat, its runs merged into one table (median, range)."""
+    tables, ok = [], True
+    for name in opts.sections:
+        runs, section_ok = run_section(name, bench, opts)
+        ok &= section_ok
+        if runs:
+            merged = aggregate(runs)
+            if len(runs) > 1:
+                print("\n" + merged.render(), flush=True)
+            tables.append(merged)
     return tables, ok
 
 

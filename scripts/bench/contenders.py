@@ -73,6 +73,11 @@ def has_confluent() -> bool:
     return True
 
 
+def runnable(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """The chosen contenders that can run here (confluent only if it is installed)."""
+    return tuple(k for k in kinds if k != "confluent" or has_confluent())
+
+
 def settings_by_section(settings: tuple[str, ...]) -> dict[str, list[str]]:
     """'spark.slots=4' -> {'spark': ['slots = 4']}; values are TOML, as the user wrote them."""
     sections: dict[str, list[str]] = {"app": [], "spark": [], "target": []}

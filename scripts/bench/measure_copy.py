@@ -8,16 +8,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from scripts.bench import report
-from scripts.bench.contenders import LABELS, Bench, Ktm, has_confluent, launch
-from scripts.bench.data import Dataset, dataset, topic_on, verify_copy
+from scripts.bench.ceiling import RECORD_BYTES, produce_ceiling
+from scripts.bench.contenders import LABELS, Bench, Ktm, has_confluent, launch, runnable
+from scripts.bench.data import Dataset, EndOffsets, dataset, topic_on, verify_copy
 from scripts.bench.machine import load_average
 from scripts.bench.options import Options
-from scripts.bench.processes import Finished, Launched
+from scripts.bench.processes import SAMPLE_EVERY_S, Finished, Launched
 from scripts.bench.report import Table
-from scripts.bench.sampling import Sampler, slope
+from scripts.bench.sampling import Sample, Sampler, growth_per_second, in_window, slope
+from scripts.bench.wire import Wire, topic_wire
 
-SCRAPE_EVERY_S = 0.5
+DEST_EVERY_S = 0.05  # ListOffsets on the destination: ~1 ms each; ktm's window is ~1 s
 STEADY_WINDOW = (0.2, 0.8)  # share of the records: past start-up, before the tail
+CEILING_RECORDS = (1_000_000, 200_000)  # records for the produce ceiling: full run, --quick
 
 
 def run_timeout(records: int) -> float:
@@ -30,8 +33,11 @@ class CopyRun:
     finished: Finished | None
     check: str
     summary: dict[str, Any] | None = None
-    rate: float | None = None  # steady state, from /metrics (ktm only)
-    rate_note: str = ""
+    wire: Wire | None = None  # the destination topic's batches (copy sections)
+    rate: float | None = None  # steady state records/s
+    window_samples: int = 0  # destination samples the steady rate was fitted on
+    window_seconds: float | None = None
+    cpu_cores: float | None = None  # CPU seconds of the tree per second over the same window
 
 
 def _finish(
@@ -47,34 +53,54 @@ def _finish(
 
 
 def copy_once(bench: Bench, kind: str, data: Dataset) -> CopyRun:
-    """One contender copies ``data`` whole; wall clock from launch to exit."""
+    """One contender copies ``data`` whole; wall clock from launch to exit. A good copy's
+    batches are then fetched to weigh them (not timed)."""
     if kind == "confluent" and not has_confluent():
         return CopyRun(kind, None, "skipped: pip install confluent-kafka")
     print(f"  {LABELS[kind]}: copying (load average {load_average()}) ...", flush=True)
     with topic_on(bench.cluster.dst, f"bench-{kind}", data.partitions) as target:
         with launch(kind, bench, (data.topic, target), data.partitions, continuous=False) as proc:
             finished = proc.wait(run_timeout(data.records))
-        return _finish(kind, proc, finished, bench, data, target)
+        run = _finish(kind, proc, finished, bench, data, target)
+        if run.check == "ok":
+            run.wire = topic_wire(bench.cluster.dst, target, data.partitions)
+    return run
 
 
-def steady_once(bench: Bench, data: Dataset) -> CopyRun:
-    """ktm copies ``data`` while /metrics is scraped; the rate is the slope of the acknowledged
-    count between 20% and 80% of the records (Spark start and the last stragglers excluded)."""
+def watched_copy(
+    bench: Bench, kind: str, data: Dataset, target: str
+) -> tuple[Launched, Finished, list[Sample]]:
+    """A copy with the destination's end offsets sampled while it runs: the same yardstick for
+    every contender. (process, how it ended, (time, records in the destination))."""
+    ends = EndOffsets(bench.cluster.dst, target, data.partitions)
+    try:
+        with launch(kind, bench, (data.topic, target), data.partitions, continuous=False) as proc:
+            with Sampler(ends, DEST_EVERY_S) as written:
+                finished = proc.wait(run_timeout(data.records))
+    finally:
+        ends.close()
+    return proc, finished, written.samples
+
+
+def steady_once(bench: Bench, kind: str, data: Dataset) -> CopyRun:
+    """A contender copies ``data``; the rate is the slope of the destination's records between
+    20% and 80% of them (start-up and the last stragglers excluded), the CPU is the tree's over
+    the same stretch of time."""
     print(
-        f"  ktm: copying {data.records:,} records, scraping /metrics every "
-        f"{SCRAPE_EVERY_S} s (load average {load_average()}) ...",
+        f"  {LABELS[kind]}: copying {data.records:,} records, sampling the destination every "
+        f"{DEST_EVERY_S} s (load average {load_average()}) ...",
         flush=True,
     )
-    with topic_on(bench.cluster.dst, "bench-steady", data.partitions) as target:
-        with Ktm(bench, data.topic, target, stop_at_end=True) as ktm:
-            with Sampler(ktm.produced, SCRAPE_EVERY_S) as scrapes:
-                finished = ktm.wait(run_timeout(data.records))
-        run = _finish("ktm", ktm, finished, bench, data, target)
+    with topic_on(bench.cluster.dst, f"bench-steady-{kind}", data.partitions) as target:
+        proc, finished, written = watched_copy(bench, kind, data, target)
+        run = _finish(kind, proc, finished, bench, data, target)
     low, high = (share * data.records for share in STEADY_WINDOW)
-    run.rate, used, span = slope(scrapes.samples, low, high)
-    run.rate_note = f"{used} samples over {span:.1f} s"
-    if run.rate is None:
-        run.rate_note = f"n/a: {used} samples in the window (use more records)"
+    run.rate, run.window_samples, span = slope(written, low, high)
+    if run.rate is not None:
+        window = in_window(written, low, high)
+        run.window_seconds = span
+        cpu_ms = growth_per_second(proc.monitor.cpu_history, window[0][0], window[-1][0])
+        run.cpu_cores = None if cpu_ms is None else cpu_ms / 1000
     return run
 
 
@@ -88,6 +114,10 @@ COPY_HEADERS = [
     "peak RSS MB",
     "peak PSS MB",
     "CPU s",
+    "CPU µs/record",
+    "bytes/record src",
+    "bytes/record dst",
+    "dst/src bytes",
     "spark start s",
     "first record s",
     "rounds",
@@ -95,11 +125,12 @@ COPY_HEADERS = [
 ]
 
 
-def copy_rows(table: Table, data: Dataset, runs: list[CopyRun]) -> None:
+def copy_rows(table: Table, data: Dataset, runs: list[CopyRun], source: Wire) -> None:
     naive = next((r.finished.wall for r in runs if r.kind == "naive" and r.finished), None)
     for run in runs:
         fin, summary = run.finished, run.summary or {}
         wall = fin.wall if fin and run.check == "ok" else None
+        dst = run.wire.per_record if run.wire else None
         table.add(
             f"{data.records:,}",
             data.partitions,
@@ -110,6 +141,10 @@ def copy_rows(table: Table, data: Dataset, runs: list[CopyRun]) -> None:
             report.megabytes(fin.peak_rss if fin else None),
             report.megabytes(fin.peak_pss if fin else None),
             report.seconds(fin.cpu_seconds if fin else None),
+            report.per_record_us(fin.cpu_seconds if fin else None, data.records),
+            report.decimal(source.per_record),
+            report.decimal(dst),
+            report.ratio(dst, source.per_record),
             report.seconds(summary.get("spark_start")),
             report.seconds(summary.get("first_record")),
             summary.get("rounds", report.NA),
@@ -125,8 +160,44 @@ def copy_table(title: str) -> Table:
             "seconds = wall clock from launch to exit (ktm: interpreter, JVM and Spark start "
             "included). naive s / this s > 1: faster than the naive loop.",
             "RSS/PSS summed over the process tree (sampled every 0.25 s); CPU s = user+system "
-            "of the tree. spark start, first record, rounds: from ktm's --summary-json.",
+            "of the tree, whole process (ktm: JVM and Spark start included); CPU µs/record = "
+            "CPU s / records. spark start, first record, rounds: from ktm's --summary-json.",
+            "bytes/record = summed sizes of the topic's record batches as the broker serves "
+            "them (fetched raw after the copy) / records: batch headers, framing, headers a "
+            "relay adds (ktm: ktm.src) and compression included.",
         ],
+    )
+
+
+def ceiling_rows(table: Table, bench: Bench, opts: Options) -> None:
+    """What the destination broker can take at all, as two last rows: the fastest producer at
+    hand, and the broker's own CPU meanwhile."""
+    records = CEILING_RECORDS[opts.quick]
+    print(f"\n[throughput] produce ceiling: {records:,} records ...", flush=True)
+    ceiling = produce_ceiling(bench.workdir, records)
+    for label, rate, cpu in [
+        ("produce ceiling (confluent-kafka producer)", ceiling.rate, ceiling.producer_cpu),
+        ("  its broker (Tansu) meanwhile", None, ceiling.broker_cpu),
+    ]:
+        cells: dict[str, object] = dict.fromkeys(COPY_HEADERS, report.NA)
+        cells |= {
+            "records": f"{records:,}",
+            "partitions": 1,
+            "contender": label,
+            "seconds": report.seconds(ceiling.seconds),
+            "records/s": report.count(rate),
+            "CPU s": report.seconds(cpu),
+            "CPU µs/record": report.per_record_us(cpu, records),
+            "copy check": ceiling.check,
+        }
+        table.add(*cells.values())
+    table.notes.append(
+        f"produce ceiling: confluent-kafka (in the benchmark's process) produces {records:,} "
+        f"records of {RECORD_BYTES} B, no key or headers, into one partition of a fresh Tansu "
+        "broker (acks=all, linger 5 ms, 1 MB batches); seconds: first produce() to the end of "
+        "flush(). CPU s: the producer's process, then the broker's, over that time. A producer "
+        "far above the broker in CPU µs/record means the producer set this ceiling, not the "
+        "broker."
     )
 
 
@@ -137,7 +208,10 @@ def throughput(bench: Bench, opts: Options) -> Table:
     for records in opts.records:
         print(f"\n[throughput] {records:,} records, {opts.partitions} partitions")
         with dataset(bench.cluster, opts.partitions, records, opts.size) as data:
-            copy_rows(table, data, [copy_once(bench, k, data) for k in opts.contenders])
+            source = topic_wire(bench.cluster.src, data.topic, data.partitions)
+            runs = [copy_once(bench, k, data) for k in opts.contenders]
+            copy_rows(table, data, runs, source)
+    ceiling_rows(table, bench, opts)
     return table
 
 
@@ -146,65 +220,92 @@ def partitions(bench: Bench, opts: Options) -> Table:
     for count, records in opts.many:
         print(f"\n[partitions] {count} partitions, {records:,} records")
         with dataset(bench.cluster, count, records, opts.size) as data:
-            copy_rows(table, data, [copy_once(bench, k, data) for k in opts.contenders])
+            source = topic_wire(bench.cluster.src, data.topic, data.partitions)
+            runs = [copy_once(bench, k, data) for k in opts.contenders]
+            copy_rows(table, data, runs, source)
     return table
 
 
 STEADY_HEADERS = [
     "records",
     "partitions",
+    "contender",
     "slots",
     "steady records/s",
     "vs first row",
-    "measured on",
+    "window samples",
+    "window s",
+    "steady CPU cores",
+    "steady CPU µs/record",
     "whole process s",
     "peak RSS MB",
     "peak PSS MB",
     "CPU s",
+    "CPU µs/record",
     "rounds",
     "copy check",
 ]
+
+
+def steady_notes(table: Table) -> None:
+    low, high = STEADY_WINDOW
+    table.notes += [
+        f"steady records/s = least-squares slope of the destination's summed end offsets "
+        f"(ListOffsets every {DEST_EVERY_S} s, the same for every contender) while between "
+        f"{low:.0%} and {high:.0%} of the records were there (window: samples, seconds). A "
+        "window under ~2 s makes the steady numbers coarse: give more --steady-records.",
+        "steady CPU cores = CPU seconds of the process tree per second over that window (tree "
+        f"sampled every {SAMPLE_EVERY_S} s); steady CPU µs/record = cores / steady records/s. "
+        "whole process s, CPU s and CPU µs/record cover launch to exit (ktm: JVM and Spark "
+        "start included). vs first row: steady records/s / the first row's.",
+    ]
 
 
 def steady_table(
     section: str, title: str, cases: list[tuple[int, int]], bench: Bench, opts: Options
 ) -> Table:
     table = Table(title, list(STEADY_HEADERS))
-    table.notes.append(
-        "steady records/s = least-squares slope of summed ktm_messages_produced_total (scraped "
-        f"every {SCRAPE_EVERY_S} s) while between {STEADY_WINDOW[0]:.0%} and "
-        f"{STEADY_WINDOW[1]:.0%} of the records were acknowledged"
-    )
+    steady_notes(table)
     first: float | None = None
     for count, records in cases:
         print(f"\n[{section}] {count} partitions, {records:,} records")
         with dataset(bench.cluster, count, records, opts.size) as data:
-            run = steady_once(bench, data)
-        first = first or run.rate
-        fin, summary = run.finished, run.summary or {}
-        table.add(
-            f"{records:,}",
-            count,
-            summary.get("slots", report.NA),
-            report.count(run.rate),
-            report.ratio(run.rate, first),
-            run.rate_note,
-            report.seconds(fin.wall if fin else None),
-            report.megabytes(fin.peak_rss if fin else None),
-            report.megabytes(fin.peak_pss if fin else None),
-            report.seconds(fin.cpu_seconds if fin else None),
-            summary.get("rounds", report.NA),
-            run.check,
-        )
+            for kind in runnable(opts.contenders):
+                run = steady_once(bench, kind, data)
+                first = first or run.rate
+                steady_row(table, data, run, first)
     return table
 
 
+def steady_row(table: Table, data: Dataset, run: CopyRun, first: float | None) -> None:
+    fin, summary = run.finished, run.summary or {}
+    table.add(
+        f"{data.records:,}",
+        data.partitions,
+        LABELS[run.kind],
+        summary.get("slots", report.NA),
+        report.count(run.rate),
+        report.ratio(run.rate, first),
+        run.window_samples,
+        report.seconds(run.window_seconds),
+        report.seconds(run.cpu_cores, 2),
+        report.per_record_us(run.cpu_cores, run.rate),
+        report.seconds(fin.wall if fin else None),
+        report.megabytes(fin.peak_rss if fin else None),
+        report.megabytes(fin.peak_pss if fin else None),
+        report.seconds(fin.cpu_seconds if fin else None),
+        report.per_record_us(fin.cpu_seconds if fin else None, data.records),
+        summary.get("rounds", report.NA),
+        run.check,
+    )
+
+
 def steady(bench: Bench, opts: Options) -> Table:
-    title = f"STEADY STATE: ktm on a backlog, {opts.size} B values"
+    title = f"STEADY STATE: relays on a backlog, {opts.size} B values + key + 2 headers"
     return steady_table("steady", title, [(opts.partitions, opts.steady_records)], bench, opts)
 
 
 def scaling(bench: Bench, opts: Options) -> Table:
     cases = [(count, opts.scaling_records) for count in opts.scaling]
-    title = f"SCALING: ktm steady rate by partitions, {opts.size} B"
+    title = f"SCALING: steady rate by partitions, {opts.size} B"
     return steady_table("scaling", title, cases, bench, opts)

@@ -57,6 +57,7 @@ class LatencyRun:
     lat: Latencies | None = None
     warm_up: float | None = None
     cpu_share: float | None = None  # CPU seconds of the tree per second while measuring
+    cpu_seconds: float | None = None  # CPU seconds of the tree while measuring
     finished: Finished | None = None
     check: str = "ok"
 
@@ -77,7 +78,8 @@ def latency_once(bench: Bench, kind: str, opts: Options) -> LatencyRun:
             run.warm_up = time.monotonic() - proc.started
             cpu_before, began = proc.monitor.cpu_seconds, time.monotonic()
             run.lat = measure_latency(feeder, probe, opts.rate, opts.seconds)
-            run.cpu_share = (proc.monitor.cpu_seconds - cpu_before) / (time.monotonic() - began)
+            run.cpu_seconds = proc.monitor.cpu_seconds - cpu_before
+            run.cpu_share = run.cpu_seconds / (time.monotonic() - began)
         except RuntimeError as exc:
             run.check = f"FAILED: {exc}"
         run.finished = stop(proc)
@@ -106,6 +108,7 @@ LATENCY_HEADERS = [
     "probe backlog",
     "warm-up s",
     "CPU cores busy",
+    "CPU µs/record",
     "peak RSS MB",
     "check",
 ]
@@ -125,6 +128,7 @@ def latency_row(table: Table, run: LatencyRun, total: int) -> None:
         report.count(lat.backlog if lat else None),
         report.seconds(run.warm_up),
         report.seconds(run.cpu_share, 2),
+        report.per_record_us(run.cpu_seconds, total),
         report.megabytes(fin.peak_rss if fin else None),
         run.check,
     )
@@ -142,7 +146,7 @@ def latency(bench: Bench, opts: Options) -> Table:
         "wait. probe backlog > 0: the reader, not the relay, was late. sent at /s below the "
         "target: the feeder could not keep up.",
         f"CPU cores busy = CPU seconds of the relay's tree per second while timing (of "
-        f"{os.cpu_count()}).",
+        f"{os.cpu_count()}); CPU µs/record = those CPU seconds / timed records.",
     ]
     for kind in opts.contenders:
         if kind == "confluent" and not has_confluent():

@@ -47,6 +47,7 @@ class Options:
     store_cases: tuple[tuple[int, int], ...]  # (partitions, records) for the store section
     roundtrip_records: int  # in `partitions` partitions
     stores: tuple[str, ...]  # where backups go: a local directory and/or S3 (SeaweedFS)
+    repeat: int = 1  # runs of each section; tables show the median and range
 
 
 # option: (full run, --quick). --quick keeps every section's shape (partition counts included)
@@ -108,6 +109,13 @@ def parser() -> argparse.ArgumentParser:
         help="ktm,naive,confluent (confluent rows are skipped if it is not installed)",
     )
     add("--quick", action="store_true", help="small sizes: a smoke run of every section")
+    add(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each section N times; tables show each number's median (min-max) [1]",
+    )
     add("--records", type=ints, help="throughput sizes, e.g. 100000,300000")
     add("--size", type=int, default=100, help="value bytes (>= 16) [100]")
     add("--partitions", type=int, default=4, help="partitions of all but the many/scaling runs")
@@ -158,6 +166,8 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
 def parse_args(argv: list[str] | None = None) -> Options:
     p = parser()
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error(f"--repeat must be at least 1, got {args.repeat}")
     if args.size < 16:
         p.error("--size must be at least 16 (each value starts with its sequence number)")
     for item in args.ktm_set:
@@ -187,4 +197,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         store_cases=pick("store_cases"),
         roundtrip_records=pick("roundtrip_records"),
         stores=args.store,
+        repeat=args.repeat,
     )

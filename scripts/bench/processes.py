@@ -17,6 +17,7 @@ from typing import Self
 import psutil
 
 from scripts.bench.machine import REPO
+from scripts.bench.sampling import Sample
 
 SAMPLE_EVERY_S = 0.25
 FAST_SAMPLE_EVERY_S, FAST_SAMPLING_S = 0.05, 2.0
@@ -31,12 +32,14 @@ _ADOPTED: dict[int, tuple[str, float]] = {}  # servers other code started: pid -
 
 class TreeMonitor:
     """Samples a process and all its descendants on a thread: peak summed RSS and PSS, CPU
-    seconds, and every descendant seen (pid -> (name, create time)), to find leftovers."""
+    seconds (and their history, for CPU over part of a run), and every descendant seen
+    (pid -> (name, create time)), to find leftovers."""
 
     def __init__(self, pid: int):
         self.peak_rss = self.peak_pss = 0
         self.seen: dict[int, tuple[str, float]] = {}
         self._cpu: dict[int, float] = {}  # pid -> last user+system seconds seen
+        self.cpu_history: list[Sample] = []  # (time, CPU ms of the tree) at each sample
         self._stop = threading.Event()
         self._root = psutil.Process(pid)
         self._thread = threading.Thread(target=self._run, name="tree-monitor", daemon=True)
@@ -72,6 +75,7 @@ class TreeMonitor:
             pss += getattr(mem, "pss", mem.rss)
             self._cpu[proc.pid] = cpu.user + cpu.system
         self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+        self.cpu_history.append((time.monotonic(), int(self.cpu_seconds * 1000)))
 
     def stop(self) -> None:
         self._stop.set()

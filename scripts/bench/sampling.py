@@ -45,10 +45,15 @@ class Sampler:
         return self.samples[-1][1] if self.samples else None
 
 
+def in_window(samples: Sequence[Sample], low: float, high: float) -> list[Sample]:
+    """The samples whose value lies in [low, high]."""
+    return [(t, n) for t, n in samples if low <= n <= high]
+
+
 def slope(samples: Sequence[Sample], low: float, high: float) -> tuple[float | None, int, float]:
     """Least-squares records/s over the samples whose value lies in [low, high]: the steady
     part of a run, without start-up and the tail. (rate or None, samples used, seconds)."""
-    window = [(t, n) for t, n in samples if low <= n <= high]
+    window = in_window(samples, low, high)
     if len(window) < 3:
         return None, len(window), 0.0
     mean_t = sum(t for t, _ in window) / len(window)
@@ -56,6 +61,23 @@ def slope(samples: Sequence[Sample], low: float, high: float) -> tuple[float | N
     var = sum((t - mean_t) ** 2 for t, _ in window)
     cov = sum((t - mean_t) * (n - mean_n) for t, n in window)
     return (cov / var if var else None), len(window), window[-1][0] - window[0][0]
+
+
+def value_at(samples: Sequence[Sample], at: float) -> float | None:
+    """The value at time ``at``, linearly between the samples around it; None outside them."""
+    for (t0, v0), (t1, v1) in zip(samples, samples[1:], strict=False):
+        if t0 <= at <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (at - t0) / (t1 - t0)
+    return None
+
+
+def growth_per_second(samples: Sequence[Sample], start: float, end: float) -> float | None:
+    """How fast the sampled value grew between two times (e.g. CPU ms of a process tree per
+    second over the window a rate was measured on); None if the samples do not span it."""
+    first, last = value_at(samples, start), value_at(samples, end)
+    if first is None or last is None or end <= start:
+        return None
+    return (last - first) / (end - start)
 
 
 def trailing_lags(truth: Sequence[Sample], metric: Sequence[Sample]) -> tuple[list[float], int]:
