@@ -57,6 +57,7 @@ class BatchFetcher:
         *,
         client: KafkaNetClient | None = None,
         max_wait: float = 0.1,
+        min_bytes: int = 1,
         partition_max_bytes: int = 8 * 1024 * 1024,
         max_bytes: int = 64 * 1024 * 1024,
     ):
@@ -71,6 +72,7 @@ class BatchFetcher:
             client = never_create_topics(KafkaNetClient(**settings))
         self._client = client
         self._max_wait_ms = int(max_wait * 1000)
+        self._min_bytes = min_bytes
         self._partition_max_bytes = partition_max_bytes
         self._max_bytes = max_bytes
         self._closed = False
@@ -135,7 +137,7 @@ class BatchFetcher:
             )
         return FetchRequest(
             max_wait_ms=self._max_wait_ms,
-            min_bytes=1,
+            min_bytes=self._min_bytes,
             max_bytes=self._max_bytes,
             isolation_level=_READ_UNCOMMITTED,
             session_id=0,
