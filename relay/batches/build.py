@@ -10,7 +10,7 @@ What each source batch becomes:
   not transactional: the destination producer is idempotent, not transactional;
 - a batch wholly before `start` is skipped; one that starts before it (a fetch that began
   mid-batch after a restart) loses its records before `start`; records at or after `stop`
-  (`--stop-at-end`) are left out the same way.
+  (`--stop-at-end`) are left out the same way, and so are records a filter rejected (`drop`).
 
 Small source batches are merged, in order, into destination batches of at most `budget` bytes
 of records (uncompressed); a source batch that could be copied and holds at least 1/16 of the
@@ -37,6 +37,7 @@ compressed part that is not smaller is sent uncompressed (as kafka-python does).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from relay.batches import codecs
@@ -58,6 +59,9 @@ _PROVENANCE_ROOM = 128
 # merged: merging re-frames every record (~1.5 µs each), copying re-frames one.
 _COPY_FRACTION = 16
 _NO_STOP = 1 << 63
+
+# (start, stop, offsets to drop): which records of the source batches a destination batch takes
+_Bounds = tuple[int, "int | None", AbstractSet[int]]
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class _Member:
 
     __slots__ = ("batch", "records", "copyable")
 
-    def __init__(self, batch: SourceBatch, start: int, stop: int | None):
+    def __init__(self, batch: SourceBatch, start: int, stop: int | None, drop: AbstractSet[int]):
         if not batch.crc_ok():
             raise UnsupportedBatch(f"CRC mismatch in the batch at offset {batch.base_offset}")
         header = batch.header
@@ -100,6 +104,7 @@ class _Member:
         self.copyable = (
             header.base_offset >= start
             and (stop is None or batch.last_offset < stop)
+            and not (drop and any(o in drop for o in range(batch.base_offset, batch.next_offset)))
             and header.record_count == header.last_offset_delta + 1  # no compaction gap
             and not header.attributes & LOG_APPEND_TIME
         )
@@ -113,17 +118,18 @@ def rebuild(
     budget: int = DEFAULT_BUDGET,
     limit: int = DEFAULT_LIMIT,
     stop: int | None = None,
+    drop: AbstractSet[int] = frozenset(),
 ) -> Rebuilt:
     """Destination batches for the records at or after `start` and before `stop` (None: no
-    end), in order. Each is built as soon as it is complete: one destination batch's records
-    are held at a time."""
+    end), in order, less the offsets in `drop` (records a filter rejected). Each is built as
+    soon as it is complete: one destination batch's records are held at a time."""
     built: list[DestBatch] = []
     group: list[_Member] = []
     size = 0
     room = budget - _PROVENANCE_ROOM
     limit = max(limit, budget)
     next_offset = start
-    bounds = (start, stop)
+    bounds = (start, stop, drop)
     for batch in batches:
         header = batch.header
         if stop is not None and header.base_offset >= stop:
@@ -133,7 +139,7 @@ def rebuild(
             next_offset = batch_next if stop is None else min(batch_next, stop)
         if batch_next <= start or header.attributes & CONTROL or header.record_count == 0:
             continue
-        member = _Member(batch, start, stop)
+        member = _Member(batch, start, stop, drop)
         cost = len(member.records) + _GROWTH_PER_RECORD * header.record_count
         alone = cost > limit or (member.copyable and cost >= room // _COPY_FRACTION)
         if group and (alone or size + cost > room):
@@ -151,9 +157,7 @@ def rebuild(
     return Rebuilt(built, next_offset)
 
 
-def _build(
-    group: list[_Member], bounds: tuple[int, int | None], origin: Origin, codec: int
-) -> list[DestBatch]:
+def _build(group: list[_Member], bounds: _Bounds, origin: Origin, codec: int) -> list[DestBatch]:
     if len(group) == 1 and group[0].copyable:
         return [_copy(group[0], origin, codec)]
     rebase = _Rebase(bounds)
@@ -164,7 +168,7 @@ def _build(
 
 
 def _split(
-    member: _Member, bounds: tuple[int, int | None], origin: Origin, codec: int, room: int
+    member: _Member, bounds: _Bounds, origin: Origin, codec: int, room: int
 ) -> list[DestBatch]:
     """One source batch too big for one destination batch, rebased into several."""
     out = []
@@ -209,8 +213,8 @@ def _finish(part: bytes, codec: int, count: int, first_ts: int, max_ts: int) -> 
 class _Rebase:
     """Records of several source batches (or of one that cannot be copied) into one batch."""
 
-    def __init__(self, bounds: tuple[int, int | None], room: int | None = None):
-        self.start, self.stop = bounds
+    def __init__(self, bounds: _Bounds, room: int | None = None):
+        self.start, self.stop, self.drop = bounds
         self.runs: list[list[int]] = []  # of the source offsets placed: [first, last]
         self.room = room  # bytes of records it may hold; None: whole members, any size
         self.size = 0
@@ -245,6 +249,7 @@ class _Rebase:
         append_time = header.max_timestamp if header.attributes & LOG_APPEND_TIME else None
         frames, start, base_ts, room = self.frames, self.start, self.base_ts, self.room
         stop = _NO_STOP if self.stop is None else self.stop
+        drop = self.drop
         runs = self.runs
         base_offset, first_ts = header.base_offset, header.first_timestamp
         for index in range(first, header.record_count):
@@ -256,7 +261,7 @@ class _Rebase:
             old_ts_delta, p = read_varint(records, body + 1)
             old_offset_delta, rest = read_varint(records, p)
             offset = base_offset + old_offset_delta
-            if start <= offset < stop:
+            if start <= offset < stop and offset not in drop:
                 ts = first_ts + old_ts_delta if append_time is None else append_time
                 if base_ts is None:
                     base_ts, self.first_offset = ts, offset

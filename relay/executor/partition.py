@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.batches import SourceBatch
+from relay.batches.records import decode_batch
 from relay.executor.writers import KafkaWriter, SegmentWriter
 from relay.filters import FilterRecord, FilterRuntimeError, apply_filters
 from relay.spec import PartitionProgress, PartitionWork
@@ -54,12 +55,50 @@ class PartitionState:
         self.processed_to = max(self.processed_to, handled_to)
 
     def _handle_batches(self, batches: list[SourceBatch]) -> None:
-        """No filter looks inside: the batches are rebuilt and written whole, from the first
-        offset not handled yet (a fetch may start inside a batch) up to the stop offset."""
+        """The batches are rebuilt and written whole, from the first offset not handled yet (a
+        fetch may start inside a batch) up to the stop offset. Filters see each record, decoded
+        from the batch; a rejected one is left out of the rebuilt batch. If a filter fails
+        (on_error = "stop"), the records before the failing one are still written."""
         assert isinstance(self.writer, KafkaWriter)
-        rebuilt = self.writer.write_batches(batches, self.processed_to, self.stop)
-        self.consumed += sum(built.count for built in rebuilt.batches)
+        start, stop = self.processed_to, self.stop
+        drop: set[int] = set()
+        failure = None
+        if self._filters:
+            seen, failure = self._judge(batches, start, drop)
+            if failure is not None:
+                stop = failure.offset  # type: ignore[attr-defined]
+            self.consumed += seen
+        rebuilt = self.writer.write_batches(batches, start, stop, drop)
+        if not self._filters:
+            self.consumed += sum(built.count for built in rebuilt.batches)
         self.processed_to = max(self.processed_to, rebuilt.next_offset)
+        if failure is not None:
+            raise failure
+
+    def _judge(
+        self, batches: list[SourceBatch], start: int, drop: set[int]
+    ) -> tuple[int, FilterRuntimeError | None]:
+        """Ask the filters about every record from `start` up to the stop offset: rejected
+        offsets go into `drop`. Returns how many records were seen, and the error that stops
+        the relay (with the offset of the record it failed on), if any."""
+        seen = 0
+        for batch in batches:
+            if batch.next_offset <= start or batch.is_control:
+                continue
+            for record in decode_batch(batch):
+                if record.offset < start:
+                    continue
+                if self.stop is not None and record.offset >= self.stop:
+                    return seen, None
+                seen += 1
+                try:
+                    if self._rejected(record):
+                        drop.add(record.offset)
+                except FilterRuntimeError as exc:
+                    exc.key = self.key  # type: ignore[attr-defined]
+                    exc.offset = record.offset  # type: ignore[attr-defined]
+                    return seen - 1, exc
+        return seen, None
 
     def advance(self, position: int) -> None:
         """The reader's position may be past offsets with no record (compaction, transaction

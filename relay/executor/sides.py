@@ -136,17 +136,16 @@ def _evict_reader(source: ClusterConfig, group_id: str, kind: str) -> None:
 
 
 class RelaySides(_KafkaTarget):
-    """Relay reads record batches and writes them rebuilt (the batch path), unless a filter
-    must see the records (or kafka-python's internals are not the ones the batch path uses):
-    then records are read, filtered and written one by one (the record path)."""
+    """Relay reads record batches and writes them rebuilt (the batch path; filters see records
+    decoded from the batches), unless kafka-python's internals are not the ones the batch path
+    uses: then records are read, filtered and written one by one (the record path)."""
 
     def __init__(self, task: GroupTask):
         super().__init__(task.target, task.partitions)
         self.task = task
 
     def reader(self) -> GroupReader:
-        batches = not self.task.filters and self.producer().takes_built
-        return _source_reader(self.task.source, self.task.group_id, batches)
+        return _source_reader(self.task.source, self.task.group_id, self.producer().takes_built)
 
     def writer(self, work: PartitionWork, latencies: list[float]) -> KafkaWriter:
         origin = Origin(self.task.source.name, work.route.topic, work.route.partition)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from relay.batches import Origin, Rebuilt, SourceBatch, codecs, rebuild
@@ -96,10 +97,19 @@ class KafkaWriter:
             index += count
         self._sample_latency(segments[-1][1], records[-1].timestamp)
 
-    def write_batches(self, batches: list[SourceBatch], start: int, stop: int | None) -> Rebuilt:
+    def write_batches(
+        self,
+        batches: list[SourceBatch],
+        start: int,
+        stop: int | None,
+        drop: AbstractSet[int] = frozenset(),
+    ) -> Rebuilt:
         """The batch path: source batches rebuilt into destination batches (the records at or
-        after `start` and before `stop`), each queued whole; what was rebuilt is returned."""
-        rebuilt = rebuild(batches, start, self.origin, self.codec, self.budget, stop=stop)
+        after `start` and before `stop`, less `drop`), each queued whole; what was rebuilt is
+        returned."""
+        rebuilt = rebuild(
+            batches, start, self.origin, self.codec, self.budget, stop=stop, drop=drop
+        )
         if not rebuilt.batches:
             return rebuilt
         route = self.route

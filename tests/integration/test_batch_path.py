@@ -5,8 +5,6 @@ destination's size against the source's. Checks use kafka-python and raw fetches
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from kafka import KafkaProducer
 
@@ -28,7 +26,6 @@ pytestmark = pytest.mark.timeout(150)
 T0 = 1_650_000_000_000
 CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}  # partition 0: one record per batch
 TXN = 5  # the partition written by transactions
-KEEP_ALL = Path(__file__).parent / "filter_files" / "drop_marked.py"
 
 
 def records(partition: int, count: int, first: int = 0) -> list[Record]:
@@ -111,25 +108,29 @@ def test_every_codec_one_record_batches_and_transactions_arrive_exactly(
 def test_a_destination_written_record_by_record_is_resumed_by_the_batch_path(
     source_broker, target_broker, spark, tmp_path
 ):
-    """The record path (a filter, or an older ktm) put a header on every record; the batch path
-    carries on after the last one, then the record path after the batch path's."""
+    """An older ktm (or restore) put the record form on every record; the batch path carries on
+    right after the last one, and a second run after its own batch-form headers."""
     source, target = source_broker.bootstrap, target_broker.bootstrap
     src, dst = topic_pair(source, target, "formats", 2)
-    filtered = f'[filters.drop_marked]\npath = "{KEEP_ALL}"\n'
-    by_record = write_config(tmp_path / "r.toml", source=source, target=target,
-                             topics={src: dst}, extra=filtered)  # fmt: skip
-    by_batch = write_config(tmp_path / "b.toml", source=source, target=target, topics={src: dst})
+    produce(source, src, [r for p in (0, 1) for r in records(p, 300)])
+    older = [
+        r._replace(headers=[*r.headers, ("ktm.src", b"src/%s/%d/%d" % (src.encode(), p, i))])
+        for p in (0, 1)
+        for i, r in enumerate(records(p, 120))
+    ]
+    produce(target, dst, older, linger_ms=20)  # what the older relay wrote: 0..119 of each
+    config = write_config(tmp_path / "c.toml", source=source, target=target, topics={src: dst})
 
-    for step, config in enumerate((by_record, by_batch, by_record, by_batch)):
-        produce(source, src, [r for p in (0, 1) for r in records(p, 150, 150 * step)])
-        summary, _ = relay_once(config)
-        assert summary.relayed == 300, f"step {step}"
+    first, _ = relay_once(config)
+    produce(source, src, [r for p in (0, 1) for r in records(p, 100, 300)])
+    second, _ = relay_once(config)
 
+    assert (first.relayed, second.relayed) == (360, 200)
     copied = read_all(target, dst)
     assert_exact_copy(read_all(source, src), [r for rs in copied.values() for r in rs], src)
     headers = [r.headers[-1][1] for r in copied[0] if r.headers[-1][0] == "ktm.src"]
     record_form = [h for h in headers if b"-" not in h.rsplit(b"/", 1)[1]]
-    assert len(record_form) == 300 and len(headers) < 320  # 2 x 150 records, a few batches
+    assert len(record_form) == 120 and len(headers) < 130  # then a few batch-form headers
 
 
 def test_the_destination_is_no_bigger_than_the_source(

@@ -43,8 +43,8 @@ from tests.support.kafka import (
 )
 from tests.support.relay import (
     assert_exact_copy,
+    attributed,
     committed_offsets,
-    provenance,
     topic_pair,
     write_config,
 )
@@ -260,7 +260,7 @@ def assert_holds_exactly(
     assert set(copied) == set(expected)
     for partition, records in copied.items():
         assert_exact_copy({partition: expected[partition]}, records, topic)
-        assert all(provenance(r)[0] == SOURCE_NAME for r in records)
+        assert all(relayed.source == SOURCE_NAME for relayed in attributed(records))
 
 
 KEYS = (b"eu-%d", b"uk-%d", b"us-%d", None, b"EU-%d")
@@ -774,6 +774,7 @@ def test_failover_after_kill_9_relays_the_allowed_records_once(
     assert sum(len(rs) for rs in allowed(source, keep).values()) == 1600  # of 2400
     for partition, records in copied.items():
         assert_exact_copy({partition: allowed(source, keep)[partition]}, records, topic)
-    assert {provenance(r)[0] for rs in copied.values() for r in rs} == {"node1", "node2"}
+    every = [r for rs in copied.values() for r in rs]
+    assert {relayed.source for relayed in attributed(every)} == {"node1", "node2"}
     active = metric(relay.metrics, "ktm_active_node", node="node2")
     assert active == 1

@@ -116,9 +116,7 @@ def test_records_held_unsent_when_the_driver_dies_are_relayed_by_the_next_run(
 ):
     """The driver dies while its tasks hold records their producer has not sent yet (a long
     linger): the tasks lose the driver, drop those records and commit only what the destination
-    acknowledged, which is nothing, so the next run relays every record. A filter that lets
-    every record through keeps the record path, whose producer lingers; the batch path sends a
-    built batch at once (its records are merged already)."""
+    acknowledged, which is nothing, so the next run relays every record."""
     source, target = source_broker.bootstrap, target_broker.bootstrap
     src, dst = topic_pair(source, target, "unsent", 4, records=400)
     port = free_port()
@@ -130,8 +128,7 @@ def test_records_held_unsent_when_the_driver_dies_are_relayed_by_the_next_run(
         app=f'metrics_addr = "127.0.0.1:{port}"',
     )
     config.write_text(config.read_text() + 'linger = "60s"\n')  # [target] is the last section
-    keep_all = str(Path(__file__).parent / "filter_files" / "drop_marked.py")
-    with ktm(tmp_path, "--config", str(config), "--no-progress", "--filter", keep_all) as first:
+    with ktm(tmp_path, "--config", str(config), "--no-progress") as first:
         consumed = lambda: metric_total(port, "ktm_messages_consumed_total") or 0  # noqa: E731
         wait_for(lambda: consumed() >= 400, 120, "every record read", first)
         os.kill(first.proc.pid, signal.SIGKILL)  # the driver only: its tasks lose it
