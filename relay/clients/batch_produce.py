@@ -46,9 +46,7 @@ from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecords
 
 from relay.batches import DestBatch, stamp_producer
-from relay.clients.producer import Delivery, producer_settings
-from relay.clients.settings import never_create_topics
-from relay.config import TargetConfig
+from relay.clients.delivery import Delivery
 
 
 class PrebuiltRecords:
@@ -159,7 +157,7 @@ def append_batches(
     topic: str,
     partition: int,
     batches: Sequence[DestBatch],
-    refused: Callable[[TopicPartition], bool] = lambda _: False,
+    refused: Callable[[TopicPartition], None] = lambda _: None,
 ) -> list[BatchDelivery]:
     """Queue built batches, in order, behind whatever the partition already holds; one
     delivery per batch. The caller checked `has_batch_internals`. `refused(tp)`, asked under
@@ -191,26 +189,3 @@ def append_batches(
         acc._appends_in_progress.decrement()
     producer._sender.wakeup()
     return deliveries
-
-
-class BatchProducer:
-    """An idempotent producer that sends built batches (tests, the benchmark; the relay's
-    `Producer` can call `append_batches` on its own KafkaProducer)."""
-
-    def __init__(self, target: TargetConfig):
-        self.producer = never_create_topics(KafkaProducer(**producer_settings(target)))
-        if not has_batch_internals(self.producer):
-            self.producer.close(timeout=1)
-            raise RuntimeError("kafka-python internals changed: cannot send built batches")
-        self._closed = False
-
-    def send(self, topic: str, partition: int, batches: Sequence[DestBatch]) -> list[BatchDelivery]:
-        return append_batches(self.producer, topic, partition, batches)
-
-    def flush(self, timeout: float) -> None:
-        self.producer.flush(timeout=timeout)
-
-    def close(self, timeout: float = 5.0) -> None:
-        if not self._closed:
-            self._closed = True
-            self.producer.close(timeout=timeout)

@@ -4,7 +4,9 @@ One idempotent producer per target per worker process, reused across rounds. ack
 idempotence means a record is acknowledged once, in order, on every in-sync replica; only then
 does its source offset count as done.
 
-Records are appended a whole fetch at a time (`send_batch`). `KafkaProducer.send()` costs a
+Batches built by the batch path go through the same accumulator and sender (`send_built`, see
+relay.clients.batch_produce). On the record path, records are appended a whole fetch at a time
+(`send_batch`). `KafkaProducer.send()` costs a
 future, a lock round trip and several checks per record, most of the relay's CPU at 100-byte
 records. The bulk path appends straight into the accumulator's open batch for the partition,
 under the accumulator's own lock, and returns one future per producer batch. Sequence numbers,
@@ -12,17 +14,15 @@ retries, idempotence and acks stay kafka-python's: the sender drains these batch
 the ones `send()` builds. It uses accumulator internals of kafka-python 3.0 (pinned in
 setup.cfg); if they are missing, `send_batch` falls back to one `send()` per record.
 
-What comes back is a `Delivery` per run of records, never a kafka-python future: a producer
-batch's future *succeeds* even when the batch failed, expired or was aborted (the error rides in
-its value, for the per-record futures to raise), so reading it as a plain future would count
-lost records as acknowledged.
+What comes back is a `Delivery` (relay.clients.delivery) per run of records or built batch,
+never a kafka-python future.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
@@ -31,6 +31,8 @@ from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from relay.batches import DestBatch
+from relay.clients.batch_produce import BatchDelivery, append_batches, has_batch_internals
+from relay.clients.delivery import Delivery, error_of
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import TargetConfig
 
@@ -46,36 +48,6 @@ TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 
 # (timestamp ms, key, value, headers) of one record to produce
 Item = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
-
-
-class Delivery:
-    """How a run of records sent together ended: pending, acknowledged, or failed."""
-
-    __slots__ = ("_future", "_batch")
-
-    def __init__(self, future: Any, batch: bool):
-        self._future = future  # a producer batch's future, or one record's (the fallback path)
-        self._batch = batch
-
-    @property
-    def done(self) -> bool:
-        return bool(self._future.is_done)
-
-    def error(self) -> BaseException | None:
-        """Why the records were not acknowledged; None while pending and once acknowledged."""
-        future = self._future
-        if not future.is_done:
-            return None
-        if not self._batch:
-            return future.exception
-        return _error_of(future)  # (base offset, log append time, errors by index)
-
-    def acked(self) -> bool:
-        return self.done and self.error() is None
-
-    def on_ack(self, callback: Callable[[], None]) -> None:
-        """Call `callback` (on the producer's I/O thread) once acknowledged; never on failure."""
-        self._future.add_callback(lambda _: callback() if self.error() is None else None)
 
 
 # (how many of the given records, the delivery of the run holding them)
@@ -116,7 +88,7 @@ class Producer:
         self._closed = False
         self._bulk = bulk and _has_bulk_internals(self._producer)
         # built batches (the batch path) go through the same accumulator and sender
-        self.takes_built = self._bulk and batch_produce().has_batch_internals(self._producer)
+        self.takes_built = self._bulk and has_batch_internals(self._producer)
         if bulk and not self._bulk:
             log.warning("kafka-python internals changed: producing one record at a time")
         if self._bulk:
@@ -143,7 +115,7 @@ class Producer:
 
     def send_built(
         self, topic: str, partition: int, batches: Sequence[DestBatch]
-    ) -> list[Delivery]:
+    ) -> list[BatchDelivery]:
         """Queue batches built by relay.batches, in order; one delivery per batch. Sequence
         numbers, retries and acks stay kafka-python's (relay.clients.batch_produce)."""
         if not self.takes_built:
@@ -153,10 +125,7 @@ class Producer:
             if tp in self._failed:
                 raise PartitionFailed(tp.topic, tp.partition)
 
-        appended = batch_produce().append_batches(
-            self._producer, topic, partition, batches, refused
-        )
-        return list(appended)
+        return append_batches(self._producer, topic, partition, batches, refused)
 
     def _send_one(self, topic: str, partition: int, item: Item) -> Any:
         timestamp, key, value, headers = item
@@ -187,13 +156,6 @@ class Producer:
             sender = self._producer._sender
             sender.force_close()
             sender.join(timeout)
-
-
-def batch_produce() -> Any:
-    """relay.clients.batch_produce, which builds on this module's Delivery (imported late)."""
-    from relay.clients import batch_produce as module
-
-    return module
 
 
 def _has_bulk_internals(producer: KafkaProducer) -> bool:
@@ -275,8 +237,8 @@ def _stop_partition_on_failure(producer: KafkaProducer, failed: set[TopicPartiti
     def dispatch_and_stop(batch: Any, exception: Any, partition_response: Any) -> Any:
         outcome = dispatch(batch, exception, partition_response)
         future = batch.produce_future
-        if future.is_done and _error_of(future) is not None:
-            _fail_queued(acc, batch.topic_partition, _error_of(future), failed)
+        if future.is_done and error_of(future) is not None:
+            _fail_queued(acc, batch.topic_partition, error_of(future), failed)
         return outcome
 
     sender._dispatch_error = dispatch_and_stop
@@ -320,7 +282,7 @@ def _complete_when_all(whole: Any, parts: list[Any]) -> None:
         outcomes.append(None)
         if len(outcomes) < len(parts) or whole.is_done:
             return
-        errors = [error for error in map(_error_of, parts) if error is not None]
+        errors = [error for error in map(error_of, parts) if error is not None]
         if errors:
             whole.failure(errors[0])
         else:
@@ -328,14 +290,6 @@ def _complete_when_all(whole: Any, parts: list[Any]) -> None:
 
     for part in parts:
         part.add_both(one_done)
-
-
-def _error_of(future: Any) -> BaseException | None:
-    """A producer batch future's error: raised, or carried in its value (see Delivery)."""
-    if future.exception is not None:
-        return future.exception
-    _, _, record_errors = future.value
-    return None if record_errors is None else record_errors(0) or RuntimeError("batch failed")
 
 
 def _new_batch(acc: Any, tp: TopicPartition, now: float) -> ProducerBatch:

@@ -15,7 +15,8 @@ from kafka import KafkaProducer
 from relay.batches import DestBatch, Origin, Provenance, codecs, rebuild, split_batches
 from relay.batches.provenance import parse_provenance
 from relay.clients.batch_fetch import BatchFetcher
-from relay.clients.batch_produce import BatchDelivery, BatchProducer
+from relay.clients.batch_produce import BatchDelivery
+from relay.clients.producer import Producer
 from relay.config import ClusterConfig, TargetConfig
 from tests.conftest import BrokerFactory
 from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
@@ -123,9 +124,9 @@ def test_batches_fetched_rebuilt_and_produced_arrive_exactly(
         assert {c for c, _ in seen[p]} == {codecs.BY_NAME[str(codec)]}
         assert max(n for _, n in seen[p]) > 1
 
-    producer = BatchProducer(TargetConfig(ClusterConfig("dst", (target.bootstrap,))))
+    producer = Producer(TargetConfig(ClusterConfig("dst", (target.bootstrap,))))
     try:
-        deliveries = {p: producer.send(dest_topic, p, built[p]) for p in SOURCE_CODECS}
+        deliveries = {p: producer.send_built(dest_topic, p, built[p]) for p in SOURCE_CODECS}
         producer.flush(timeout=30)
         for p, sent in deliveries.items():
             wait_acked(sent, timeout=10)
@@ -157,9 +158,9 @@ def test_the_sender_stamps_producer_id_and_sequences(broker_factory: BrokerFacto
     try:
         fetched = fetcher.fetch({(topic, 0): 0}, timeout=5)[(topic, 0)]
         built = rebuild(split_batches(fetched.data)[0], 0, Origin("c", topic, 0), budget=1200)
-        producer = BatchProducer(TargetConfig(cluster))
+        producer = Producer(TargetConfig(cluster))
         try:
-            sent = producer.send(dest_topic, 0, built.batches)
+            sent = producer.send_built(dest_topic, 0, built.batches)
             producer.flush(timeout=30)
             wait_acked(sent, timeout=10)
         finally:
@@ -198,14 +199,14 @@ def test_transaction_markers_never_arrive_and_uncommitted_reads_do(
         source.close()
     cluster = ClusterConfig("c", (broker.bootstrap,))
     fetcher = BatchFetcher(cluster)
-    producer = BatchProducer(TargetConfig(cluster))
+    producer = Producer(TargetConfig(cluster))
     try:
         fetched = fetcher.fetch({(topic, 0): 0}, timeout=5)[(topic, 0)]
         batches, _ = split_batches(fetched.data)
         assert [b.is_control for b in batches] == [False, True, False, True]
         rebuilt = rebuild(batches, 0, Origin("c", topic, 0), budget=4096)
         assert rebuilt.next_offset == fetched.high_watermark == 7
-        sent = producer.send(dest_topic, 0, rebuilt.batches)
+        sent = producer.send_built(dest_topic, 0, rebuilt.batches)
         producer.flush(timeout=30)
         wait_acked(sent, timeout=10)
         landed, _ = split_batches(
