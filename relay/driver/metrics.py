@@ -48,7 +48,11 @@ class Metrics:
             registry=r,
         )
         self.bytes_produced = Counter(
-            "ktm_bytes_produced", "Key and value bytes produced", ("target_topic",), registry=r
+            "ktm_bytes_produced",
+            "Bytes produced: records before compression (relay), keys and values (restore), "
+            "segments (backup)",
+            ("target_topic",),
+            registry=r,
         )
         self.segments_written = Counter(
             "ktm_segments_written",
