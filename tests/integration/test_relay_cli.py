@@ -89,11 +89,22 @@ def test_restart_after_sigkill_relays_every_record_exactly_once(
     def arrived() -> int:  # a lower bound: Tansu under-reports the end (TANSU.md)
         return sum(listed_end_offsets(target_broker.bootstrap, dst, parts).values())
 
+    def feed(first: int, last: int, pause: float) -> None:
+        for start in range(first, last, 1_000):
+            produce(source_broker.bootstrap, src, map(restart_record, range(start, start + 1_000)))
+            time.sleep(pause)
+
+    # The rest is fed at a pace once the relay runs, so records still flow when it is killed
+    # (the batch path copies a whole backlog within a second of starting)
+    feeding = threading.Thread(target=feed, args=(1_000, RESTART_RECORDS, 0.1))
     with ktm(tmp_path, "--config", str(first_config), "--mode", "single") as first:
-        # Produced while Spark starts; the continuous relay picks the records up as they come.
-        produce(source_broker.bootstrap, src, map(restart_record, range(RESTART_RECORDS)))
+        feed(0, 1_000, 0)
+        copied = lambda: sum(map(len, read_all(target_broker.bootstrap, dst).values()))  # noqa: E731
+        wait_for(lambda: copied() >= 1_000, 180, "the relay running", first)
+        feeding.start()
         wait_for(lambda: arrived() >= RESTART_RECORDS // 10, 180, "10% arrived", first)
         first.kill()  # the JVM and the Python workers too: nothing gets to flush or commit
+    feeding.join(120)
     before = sum(len(rs) for rs in read_all(target_broker.bootstrap, dst, timeout=30).values())
     print(f"killed with {before} of {RESTART_RECORDS} records in the destination")
     assert RESTART_RECORDS // 10 <= before < RESTART_RECORDS, "the kill must come mid-way"
