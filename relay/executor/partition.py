@@ -64,9 +64,9 @@ class PartitionState:
         drop: set[int] = set()
         failure = None
         if self._filters:
-            seen, failure = self._judge(batches, start, drop)
-            if failure is not None:
-                stop = failure.offset  # type: ignore[attr-defined]
+            seen, failed_at = self._judge(batches, start, drop)
+            if failed_at is not None:
+                failure, stop = failed_at
             self.consumed += seen
         rebuilt = self.writer.write_batches(batches, start, stop, drop)
         if not self._filters:
@@ -77,10 +77,10 @@ class PartitionState:
 
     def _judge(
         self, batches: list[SourceBatch], start: int, drop: set[int]
-    ) -> tuple[int, FilterRuntimeError | None]:
+    ) -> tuple[int, tuple[FilterRuntimeError, int] | None]:
         """Ask the filters about every record from `start` up to the stop offset: rejected
         offsets go into `drop`. Returns how many records were seen, and the error that stops
-        the relay (with the offset of the record it failed on), if any."""
+        the relay with the offset of the record it failed on, if any."""
         seen = 0
         for batch in batches:
             if batch.next_offset <= start or batch.is_control:
@@ -96,8 +96,7 @@ class PartitionState:
                         drop.add(record.offset)
                 except FilterRuntimeError as exc:
                     exc.key = self.key  # type: ignore[attr-defined]
-                    exc.offset = record.offset  # type: ignore[attr-defined]
-                    return seen - 1, exc
+                    return seen - 1, (exc, record.offset)
         return seen, None
 
     def advance(self, position: int) -> None:
