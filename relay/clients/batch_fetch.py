@@ -55,22 +55,16 @@ class BatchFetcher:
         cluster: ClusterConfig,
         request_timeout: float = 10.0,
         *,
-        client: KafkaNetClient | None = None,
         max_wait: float = 0.1,
         min_bytes: int = 1,
         partition_max_bytes: int = 8 * 1024 * 1024,
         max_bytes: int = 64 * 1024 * 1024,
     ):
-        """`client`: a network client to share (a consumer's, whose commits then complete
-        while this fetches); it is not closed here."""
-        self._owns_client = client is None
-        if client is None:
-            # A fetch names its topics in metadata requests: they must not create them.
-            settings = client_settings(cluster, request_timeout)
-            # its default frame limit (1 MB) is below a fetch's: the consumer raises it alike
-            settings["receive_message_max_bytes"] = max_bytes + _FRAME_MARGIN
-            client = never_create_topics(KafkaNetClient(**settings))
-        self._client = client
+        settings = client_settings(cluster, request_timeout)
+        # its default frame limit (1 MB) is below a fetch's: the consumer raises it alike
+        settings["receive_message_max_bytes"] = max_bytes + _FRAME_MARGIN
+        # A fetch names its topics in metadata requests: they must not create them.
+        self._client = never_create_topics(KafkaNetClient(**settings))
         self._max_wait_ms = int(max_wait * 1000)
         self._min_bytes = min_bytes
         self._partition_max_bytes = partition_max_bytes
@@ -167,8 +161,7 @@ class BatchFetcher:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            if self._owns_client:
-                self._client.close()
+            self._client.close()
 
 
 def fetch_range(

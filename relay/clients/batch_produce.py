@@ -138,18 +138,12 @@ class BatchDelivery(Delivery):
 
 
 def has_batch_internals(producer: KafkaProducer) -> bool:
-    """kafka-python 3.0's accumulator and sender as this module uses them (pinned in setup.cfg);
-    without them, or with a transactional producer, relay records instead."""
-    acc = getattr(producer, "_accumulator", None)
-    needed = ("_tp_lock", "_batches", "_incomplete", "_appends_in_progress", "config")
-    if acc is None or not all(hasattr(acc, name) for name in needed):
-        return False
-    if acc.config.get("message_version") != 2 or not hasattr(acc._incomplete, "_incomplete"):
-        return False
-    if not (hasattr(producer, "_sender") and hasattr(producer, "_wait_on_metadata")):
-        return False
-    manager = getattr(producer, "_transaction_manager", None)
-    return manager is None or not manager.is_transactional()
+    """What this module needs of kafka-python 3.0 (pinned in setup.cfg) beyond the record
+    path's bulk appends, which `relay.clients.producer` checks first (accumulator, sender, not
+    transactional): magic-2 batches and the set of incomplete batches. Without them the relay
+    moves records instead."""
+    acc = producer._accumulator
+    return acc.config.get("message_version") == 2 and hasattr(acc._incomplete, "_incomplete")
 
 
 def append_batches(

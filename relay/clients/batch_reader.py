@@ -100,7 +100,7 @@ class BatchReader(GroupReader):
             raise error
 
     def commit_async(self, offsets: Mapping[TP, int], done: Callable[[], None]) -> None:
-        """Committed at once, waiting at most `ASYNC_COMMIT_WAIT`: nothing polls the consumer's
+        """Committed at once, waiting at most `ASYNC_COMMIT_WAIT_MS`: nothing polls the consumer's
         client between commits here, so an asynchronous commit would never be answered (and
         polling that client from this thread races the one kafka-python may run)."""
         if offsets:

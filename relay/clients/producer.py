@@ -87,7 +87,8 @@ class Producer:
         self.ack_deadline = 2 * settings["delivery_timeout_ms"] / 1000 + 5
         self._closed = False
         self._bulk = bulk and _has_bulk_internals(self._producer)
-        # built batches (the batch path) go through the same accumulator and sender
+        # built batches (the batch path) go through the same accumulator and sender; checked
+        # only once the bulk internals are known to be there
         self.takes_built = self._bulk and has_batch_internals(self._producer)
         if bulk and not self._bulk:
             log.warning("kafka-python internals changed: producing one record at a time")
