@@ -144,7 +144,7 @@ def restore_command(
 ) -> None:
     """Restore the configured topics from [store] into [target], exactly once."""
     from relay.commands.restore import restore
-    from relay.driver.restore import RestoreOptions
+    from relay.pipelines.restore.driver import RestoreOptions
 
     opts = _opts(flags)
     if follow and opts.stop_at_end:
@@ -173,7 +173,7 @@ class DurationParam(click.ParamType):
 def compact_command(level: int, min_age: float, delete: bool, **flags: Any) -> None:
     """Merge small segments of [store] into bigger ones (a Spark job)."""
     from relay.commands.compact import compact
-    from relay.driver.compact import CompactOptions
+    from relay.pipelines.compact.driver import CompactOptions
 
     opts = _opts(flags)
     options = CompactOptions(level, min_age, delete)

@@ -73,7 +73,7 @@ def origins(batch: SourceBatch) -> list[tuple[Provenance, Decoded]]:
 
 def source_of(record: Any) -> tuple[SourcePartition, int] | None:
     """The source partition and offset of a destination record that carries the record form
-    (restore writes it on every record; `relay.driver.translate` reads it)."""
+    (restore writes it on every record; `relay.pipelines.restore.translate` reads it)."""
     found = last_provenance(getattr(record, "headers", None) or ())
     if found is None or found.batch:
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# the record path stamps it (relay.executor.writers); one name for both forms
+# the record path stamps it (relay.engine.executor.writers); one name for both forms
 from relay.batches.provenance import PROVENANCE_HEADER as PROVENANCE_HEADER
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
 from relay.filters import FilterSpec
@@ -51,7 +51,7 @@ FROM_FIRST_SEGMENT = -1
 
 @dataclass(frozen=True)
 class ChannelAddress:
-    """Where a task reports its progress and hears "stop" (see relay.channel)."""
+    """Where a task reports its progress and hears "stop" (see relay.engine.channel)."""
 
     host: str
     port: int
@@ -147,7 +147,8 @@ class PartitionProgress:
     # segment missing between two others) and for how many seconds; None when not waiting
     waiting: tuple[str, float] | None = None
     # records written after failed ones were acknowledged: the destination's tail is past
-    # records it lacks, so the partition resumes exactly at next_offset (relay.executor.writers)
+    # records it lacks, so the partition resumes exactly at next_offset (see KafkaWriter in
+    # relay.pipelines.kafka_target)
     hole: bool = False
 
 

@@ -80,7 +80,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One small real local SparkSession for every in-process test (ktm's Engine reuses it)."""
     from relay.config import SparkConfig
-    from relay.engine import Engine
+    from relay.engine.spark import Engine
 
     engine = Engine(
         SparkConfig(master=None, app_name="ktm-tests"),

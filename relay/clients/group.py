@@ -9,7 +9,7 @@ clusters) do not matter: the unit of ownership is (source topic, partition).
 
 Rebalances are eager: before a member rejoins, `on_revoke` runs (in the consumer's poll, which
 blocks the join), and the member stops writing there; the new owner gets a partition only after
-every member rejoined. See relay.driver.membership for how ownership turns into permission to
+every member rejoined. See relay.engine.driver.membership for how ownership turns into permission to
 write.
 """
 

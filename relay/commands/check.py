@@ -27,8 +27,8 @@ def check(opts: Options) -> int:
 
 
 def _relay_plan(cfg: Config, opts: Options) -> None:
-    from relay.driver.jobs import Relay
-    from relay.driver.metrics import Metrics
+    from relay.engine.metrics import Metrics
+    from relay.pipelines.jobs import Relay
 
     stop = threading.Event()
     with Relay(cfg, stop_at_end=False, stop_event=stop, metrics=Metrics(),

@@ -23,7 +23,7 @@ from relay.errors import ConfigError, KtmError, StoppedWhileWaiting
 
 if TYPE_CHECKING:
     from relay.config import Config
-    from relay.driver.runner import Runner, RunSummary
+    from relay.engine.driver.runner import Runner, RunSummary
 
 log = logging.getLogger("relay")
 
@@ -100,8 +100,8 @@ def run_pipeline(
     """Load, build, serve metrics, show progress, run to the end (or a signal), summarize."""
     from rich.console import Console
 
-    from relay.driver.metrics import MetricsServer
-    from relay.driver.progress import Progress
+    from relay.engine.driver.progress import Progress
+    from relay.engine.metrics import MetricsServer
 
     live = opts.progress and opts.log_format == "text" and sys.stdout.isatty()
     console = Console() if live else None

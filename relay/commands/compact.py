@@ -7,7 +7,7 @@ import logging
 import click
 
 from relay.commands.common import Options, load
-from relay.driver.compact import CompactOptions
+from relay.pipelines.compact.driver import CompactOptions
 
 log = logging.getLogger("relay")
 
@@ -15,8 +15,8 @@ NEEDS = frozenset({"store"})
 
 
 def compact(opts: Options, options: CompactOptions) -> int:
-    from relay.driver.compact import compact as run
-    from relay.engine import Engine, default_master, make_log_dir
+    from relay.engine.spark import Engine, default_master, make_log_dir
+    from relay.pipelines.compact.driver import compact as run
 
     cfg = load(opts, NEEDS)
     master = opts.master or cfg.spark.master or default_master(64)

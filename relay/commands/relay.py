@@ -7,7 +7,7 @@ import threading
 
 from relay.commands.common import Options, run_pipeline
 from relay.config import Config
-from relay.driver.runner import Runner
+from relay.engine.driver.runner import Runner
 
 NEEDS = {"relay": frozenset({"sources", "target"}), "backup": frozenset({"sources", "store"})}
 
@@ -22,8 +22,8 @@ def backup(opts: Options) -> int:
 
 def _from_sources(opts: Options, kind: str) -> int:
     def build(cfg: Config, stop: threading.Event) -> Runner:
-        from relay.driver.jobs import Backup, Relay
-        from relay.driver.metrics import Metrics
+        from relay.engine.metrics import Metrics
+        from relay.pipelines.jobs import Backup, Relay
 
         job = Relay if kind == "relay" else Backup
         return job(

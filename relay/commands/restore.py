@@ -9,8 +9,8 @@ import click
 
 from relay.commands.common import Options, run_pipeline
 from relay.config import Config
-from relay.driver.restore import RestoreOptions
-from relay.driver.runner import Runner
+from relay.engine.driver.runner import Runner
+from relay.pipelines.restore.driver import RestoreOptions
 
 NEEDS = frozenset({"target", "store"})
 
@@ -21,8 +21,8 @@ def restore(opts: Options, options: RestoreOptions, groups: bool) -> int:
             raise click.BadParameter("--from-time must be before --until-time")
 
     def build(cfg: Config, stop: threading.Event) -> Runner:
-        from relay.driver.jobs import Restore
-        from relay.driver.metrics import Metrics
+        from relay.engine.metrics import Metrics
+        from relay.pipelines.jobs import Restore
 
         return Restore(
             cfg,
@@ -34,7 +34,7 @@ def restore(opts: Options, options: RestoreOptions, groups: bool) -> int:
         )
 
     def carry(cfg: Config, runner: Runner) -> None:
-        from relay.driver.translate import carry_groups
+        from relay.pipelines.restore.translate import carry_groups
 
         carry_groups(cfg, runner.routes, runner.pipeline.timeout)  # type: ignore[attr-defined]
 

@@ -2,8 +2,8 @@
 
 A. Tasks commit their source group's offsets as they go, and the driver polls them
    (OffsetCommit per task per interval, one OffsetFetch per poll, both against the source).
-B. Each task reports over a small TCP channel to the driver (relay.channel), which answers with
-   a lease and can say "stop".
+B. Each task reports over a small TCP channel to the driver (relay.engine.channel), which answers
+   with a lease and can say "stop".
 
 For each: how stale the driver's view is (from a task's update to the driver seeing it), and
 what it costs the brokers (requests per second). ktm uses B; A gives progress only, no "stop".
@@ -19,7 +19,7 @@ import time
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from relay.channel import ChannelClient, ControlServer, Report
+from relay.engine.channel import ChannelClient, ControlServer, Report
 from relay.spec import GroupResult, PartitionProgress
 from scripts.bench import report
 from scripts.bench.contenders import Bench, unique

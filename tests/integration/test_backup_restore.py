@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
-from relay.driver.compact import CompactOptions, compact
-from relay.driver.jobs import Backup, Relay, Restore, RunSummary
-from relay.driver.metrics import Metrics
-from relay.driver.restore import RestoreOptions
-from relay.driver.translate import carry_groups
+from relay.engine.metrics import Metrics
+from relay.pipelines.compact.driver import CompactOptions, compact
+from relay.pipelines.jobs import Backup, Relay, Restore, RunSummary
+from relay.pipelines.restore.driver import RestoreOptions
+from relay.pipelines.restore.translate import carry_groups
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
 from relay.store.layout import temp_name

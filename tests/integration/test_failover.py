@@ -22,8 +22,8 @@ import pytest
 from kafka import KafkaAdminClient
 
 from relay.config import load_config
-from relay.driver.jobs import Relay, RunSummary
-from relay.driver.metrics import Metrics
+from relay.engine.metrics import Metrics
+from relay.pipelines.jobs import Relay, RunSummary
 from tests.support.kafka import (
     NO_KILL_REASON,
     Record,

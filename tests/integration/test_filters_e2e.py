@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
-from relay.driver.jobs import Relay, RunSummary
-from relay.driver.metrics import Metrics
+from relay.engine.metrics import Metrics
 from relay.filters import FilterSpec, specs_from_config, validate_filters
+from relay.pipelines.jobs import Relay, RunSummary
 from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
@@ -130,7 +130,7 @@ def run_alongside(relay: Relay, script: Callable[[], None]) -> None:
     on another; the relay stops when the script returns. Re-raises the script's failure.
 
     The relay runs here, not on a thread of its own: the Engine looks for the shared session with
-    SparkSession.getActiveSession(), which is per thread (see the report on relay/engine.py).
+    SparkSession.getActiveSession(), which is per thread (see the report on relay/engine/spark.py).
     """
     failures: list[BaseException] = []
 

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from relay.config import load_config
-from relay.driver.failover import SourcePool
-from relay.driver.metrics import Metrics
-from relay.driver.setup import Startup
+from relay.engine.driver.failover import SourcePool
+from relay.engine.driver.setup import Startup
+from relay.engine.metrics import Metrics
 from tests.support.feeder import Feeder
 from tests.support.kafka import (
     NO_KILL_REASON,

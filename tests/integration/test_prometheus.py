@@ -188,9 +188,8 @@ def freeze_target_until_stuck_fires(prom: Prometheus, group: Group) -> None:
         # first delivery times out. Which side fails first depends on timing (the target is also
         # the group's coordinator, so the tasks may lose their lease before a delivery times out).
         prom.wait_for(has_series(prom, "ktm_retries_total"), 90, "a retry while frozen")
-        prom.wait_for(
-            has_series(prom, 'ktm_errors_total{kind=~"target|channel"}'), 90, "an error while frozen"
-        )
+        errors = 'ktm_errors_total{kind=~"target|channel"}'
+        prom.wait_for(has_series(prom, errors), 90, "an error while frozen")
     finally:
         os.kill(pid, signal.SIGCONT)
 

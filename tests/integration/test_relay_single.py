@@ -13,8 +13,8 @@ import pytest
 from kafka import KafkaProducer
 
 from relay.config import load_config
-from relay.driver.jobs import Relay
-from relay.driver.metrics import Metrics
+from relay.engine.metrics import Metrics
+from relay.pipelines.jobs import Relay
 from tests.support.inprocess import produced_metric, relay_once
 from tests.support.kafka import Record, TansuBroker, create_topic, produce, read_all, unique_topic
 from tests.support.relay import (

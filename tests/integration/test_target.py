@@ -140,7 +140,8 @@ def test_a_batch_expired_unsent_stops_its_partition_so_no_hole_can_form(target_b
     would take the next one and the destination would get later records without the failed
     ones. The producer fails what is queued behind it and refuses new records for the
     partition; the writer names the failed records. Other partitions carry on."""
-    from relay.executor.writers import KafkaWriter, TargetFailure
+    from relay.engine.executor.failures import TargetFailure
+    from relay.pipelines.kafka_target import KafkaWriter
     from relay.spec import PartitionRoute
 
     topic = create_topic(target_broker.bootstrap, unique_topic("hole"), 2)

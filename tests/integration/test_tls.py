@@ -27,8 +27,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from relay.config import load_config
-from relay.driver.jobs import Relay, RunSummary
-from relay.driver.metrics import Metrics
+from relay.engine.metrics import Metrics
+from relay.pipelines.jobs import Relay, RunSummary
 from tests.support.kafka import (
     Record,
     TansuBroker,

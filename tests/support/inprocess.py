@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 from relay.config import load_config
-from relay.driver.jobs import Relay, RunSummary
-from relay.driver.metrics import Metrics
+from relay.engine.metrics import Metrics
+from relay.pipelines.jobs import Relay, RunSummary
 
 
 def relay_once(config: Path) -> tuple[RunSummary, Metrics]:

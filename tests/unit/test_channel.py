@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from relay.channel import ChannelClient, ControlServer, Report
+from relay.engine.channel import ChannelClient, ControlServer, Report
 from relay.spec import ChannelAddress, GroupResult, PartitionProgress, TaskError
 
 

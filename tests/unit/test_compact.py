@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from relay.config import StoreConfig
-from relay.executor import compact
+from relay.pipelines.compact import executor as compact
 from relay.spec import CompactTask
 from relay.store import SegmentBuffer
 from relay.store.configured import cached_store

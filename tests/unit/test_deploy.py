@@ -1,7 +1,7 @@
 """deploy/: the Prometheus rules and their promtool unit tests, the Grafana dashboard, the scrape
 config and the systemd unit. No broker; promtool runs for real (skipped only when absent).
 
-The metric names the rules and panels use are checked against what relay/driver/metrics.py
+The metric names the rules and panels use are checked against what relay/engine/metrics.py
 declares, so renaming a metric without its rules and panels fails here.
 """
 
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from relay.driver.metrics import Metrics
+from relay.engine.metrics import Metrics
 from tests.support import prometheus
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -212,8 +212,8 @@ def systemd_seconds(value: str) -> float:
 
 
 def test_the_systemd_unit_stops_with_sigterm_in_time_and_restarts_on_failure() -> None:
-    from relay.driver.rounds import CANCEL_AFTER
-    from relay.engine import JVM_EXIT_TIMEOUT
+    from relay.engine.driver.rounds import CANCEL_AFTER
+    from relay.engine.spark import JVM_EXIT_TIMEOUT
 
     unit = configparser.ConfigParser(interpolation=None, strict=True)
     unit.optionxform = str  # type: ignore[assignment,method-assign]  # systemd keys are CamelCase

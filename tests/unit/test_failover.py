@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay.driver.failover import Decision, NodeView, best_ends, can_serve, choose, max_lag
+from relay.engine.driver.failover import Decision, NodeView, best_ends, can_serve, choose, max_lag
 
 P0, P1 = ("t", 0), ("t", 1)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay.driver.groups import Load, busiest, group_index, plan_groups, worth_replanning
+from relay.engine.driver.groups import Load, busiest, group_index, plan_groups, worth_replanning
 
 
 def loads(*backlogs: int, topic: str = "t") -> list[Load]:

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from relay.driver.metrics import Metrics, MetricsServer
+from relay.engine.metrics import Metrics, MetricsServer
 from relay.errors import ConfigError
 
 

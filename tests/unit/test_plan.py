@@ -10,7 +10,7 @@ import pytest
 from relay.batches import Origin, Provenance, parse_provenance, rebuild, split_batches
 from relay.batches.records import decode_batch
 from relay.config import TopicRoute
-from relay.driver.plan import plan_routes
+from relay.engine.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
 from relay.resume import choose_start, delivered_in, origins, source_of
 from relay.spec import PROVENANCE_HEADER as HEADER

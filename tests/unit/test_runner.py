@@ -23,9 +23,9 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
-from relay.driver.metrics import Metrics
-from relay.driver.pipeline import Plan
-from relay.driver.runner import Runner
+from relay.engine.driver.runner import Runner
+from relay.engine.metrics import Metrics
+from relay.engine.pipeline import Plan
 from relay.errors import RelayError
 from relay.spec import (
     ChannelAddress,
@@ -84,7 +84,7 @@ class FakeEngine:
         self.respond = respond
         self.rounds: list[list[Spec]] = []
 
-    def submit(self, round_id: int, tasks: list[Spec]) -> FakeJob:
+    def submit(self, round_id: int, tasks: list[Spec], sides: object) -> FakeJob:
         self.rounds.append(tasks)
         return FakeJob(self.respond(tasks))
 
@@ -128,6 +128,7 @@ class FakePipeline:
     kind: str = "relay"
     coordinator: Any = None
     group_topics: tuple[str, ...] = ("t2",)
+    sides: Any = None  # the fake engine runs no executor side
     where_calls: list[list[tuple[str, int]]] = field(default_factory=list)
 
     def plan(self, stop_at_end: bool, on_routes: Any) -> Plan:

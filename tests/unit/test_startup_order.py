@@ -21,10 +21,10 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
-from relay.driver import setup as startup_module
-from relay.driver.failover import NodeView, SourcePool
-from relay.driver.metrics import Metrics
-from relay.driver.setup import Startup
+from relay.engine.driver import setup as startup_module
+from relay.engine.driver.failover import NodeView, SourcePool
+from relay.engine.driver.setup import Startup
+from relay.engine.metrics import Metrics
 from relay.resume import SourceOffsets
 
 KEY = ("t", 0)

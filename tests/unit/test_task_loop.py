@@ -10,9 +10,10 @@ from typing import Any
 
 from relay.batches import Origin
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
-from relay.executor.task import GroupRun
-from relay.executor.writers import KafkaWriter, SegmentWriter
+from relay.engine.executor.task import GroupRun
 from relay.filters import FilterSpec
+from relay.pipelines.backup.executor import SegmentWriter
+from relay.pipelines.kafka_target import KafkaWriter
 from relay.spec import ChannelAddress, GroupTask, PartitionRoute, PartitionWork
 from relay.store import ChainLink, open_store, plan_chain
 
@@ -240,7 +241,7 @@ class RunsProducer(FakeProducer):
 
 
 def test_a_failed_run_followed_by_an_acknowledged_one_is_a_hole_the_task_reports() -> None:
-    from relay.executor.partition import PartitionState
+    from relay.engine.executor.partition import PartitionState
 
     route = PartitionRoute("t", 0, "t-copy", 0)
     writer = KafkaWriter(RunsProducer([False, True, False]), route, Origin("c", "t", 0), [])  # type: ignore[arg-type]

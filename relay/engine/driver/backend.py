@@ -1,0 +1,100 @@
+"""Spark as the driver uses it: started on a thread while the clusters are checked, with the
+control channel its tasks report to, and stopped (workers' clients closed first) at the end."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from relay.config import SparkConfig
+from relay.engine.channel import ControlServer, Report
+from relay.engine.metrics import Metrics
+from relay.engine.spark import Engine, default_master, make_log_dir
+
+log = logging.getLogger(__name__)
+
+
+class SparkBackend:
+    def __init__(
+        self,
+        spark: SparkConfig,
+        master: str | None,
+        metrics: Metrics,
+        lease_for: Callable[[int], float | None],
+        on_report: Callable[[Report], None],
+        renew_every: float = 0.5,
+    ):
+        self.spark, self.master, self.metrics = spark, master, metrics
+        self.renew_every = renew_every
+        self._lease_for, self._on_report = lease_for, on_report
+        self.start_seconds = 0.0
+        self.log_path: str | None = None
+        self.engine: Engine | None = None
+        self.channel: ControlServer | None = None
+        self.used = False  # a round ran: the workers hold clients worth closing
+        self._start: Future[Engine] | None = None
+
+    def begin(self, partitions: int) -> None:
+        """Start Spark (and its Python workers) on a thread; safe to call twice."""
+        if self._start is None:
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ktm-spark-start")
+            self._start = executor.submit(self._start_engine, partitions)
+            executor.shutdown(wait=False)
+
+    def ready(self, partitions: int) -> tuple[Engine, ControlServer]:
+        """The engine and the channel, waiting for the start if it is still going on."""
+        if self.engine is None:
+            self.begin(partitions)
+            assert self._start is not None
+            self.engine = self._start.result()
+            self.metrics.task_slots.set(self.engine.slots)
+            token = secrets.token_urlsafe(24)
+            port = self.spark.control_port
+            self.channel = ControlServer(
+                self.engine.driver_host,
+                port,
+                token,
+                self._lease_for,
+                self._on_report,
+                self.renew_every,
+            )
+        assert self.channel is not None
+        return self.engine, self.channel
+
+    def engine_slots(self) -> int:
+        return self.engine.slots if self.engine is not None else 0
+
+    def _start_engine(self, partitions: int) -> Engine:
+        master = self.master or self.spark.master or default_master(partitions)
+        began = time.monotonic()
+        engine = Engine(self.spark, master, make_log_dir())
+        engine.warm_up()
+        self.start_seconds = time.monotonic() - began
+        self.log_path = str(engine.log_path)
+        log.info(
+            "spark started master=%s slots=%d in %.1fs",
+            engine.master,
+            engine.slots,
+            self.start_seconds,
+        )
+        log.debug("spark log: %s", engine.log_path)
+        return engine
+
+    def stop(self) -> None:
+        """Close the channel and stop Spark (waiting for a start still going on); safe twice."""
+        if self.channel is not None:
+            self.channel.close()
+        if self._start is None:
+            return
+        start, self._start = self._start, None
+        try:
+            engine = start.result()
+        except Exception as exc:  # noqa: BLE001 - it failed to start: nothing to stop
+            log.debug("spark start failed: %s", exc)
+            return
+        if self.used:
+            engine.close_workers()
+        engine.stop()

@@ -1,0 +1,278 @@
+"""Failover: background health checks of N identical source nodes, and the choice of node.
+
+Nodes are compared per partition, never by a summed weight (kaf-relay's weak point: a sum hides
+one partition falling behind). A node that does not answer a health check within
+`request_timeout` is down at once. A node can serve only if it holds every offset already
+relayed (its end is at or past each partition's next offset); otherwise resuming on it would
+wait for, or worse skip, records.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from relay.clients import admin
+from relay.clients.settings import describe, is_retriable
+from relay.config import ClusterConfig, SourcePoolConfig
+from relay.engine.metrics import Metrics
+from relay.spec import SourcePartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One health check's answer: up with its end offsets, or down with the reason."""
+
+    name: str
+    up: bool
+    ends: dict[SourcePartition, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    node: str
+    reason: str  # "initial", "down", "lag"
+
+
+def max_lag(view: NodeView, best: dict[SourcePartition, int]) -> int:
+    """How far `view` is behind the most advanced node, on its worst partition."""
+    return max((best[key] - view.ends.get(key, 0) for key in best), default=0)
+
+
+def best_ends(views: Sequence[NodeView]) -> dict[SourcePartition, int]:
+    best: dict[SourcePartition, int] = {}
+    for view in views:
+        if view.up:
+            for key, end in view.ends.items():
+                best[key] = max(best.get(key, 0), end)
+    return best
+
+
+def can_serve(view: NodeView, nexts: dict[SourcePartition, int]) -> bool:
+    """Up, and holding every offset already relayed: its end is at or past each partition's
+    next offset (so resuming on it skips nothing)."""
+    return view.up and all(view.ends.get(key, -1) >= nxt for key, nxt in nexts.items())
+
+
+def choose(
+    views: Sequence[NodeView],
+    active: str | None,
+    nexts: dict[SourcePartition, int],
+    threshold: int,
+) -> Decision | None:
+    """The node to switch to, or None to stay (or to wait, when no node can serve).
+
+    Down active node: the next node in round-robin order among those within the lag threshold
+    of the most advanced one. Active node behind another by more than the threshold on any
+    partition: the most advanced node. Views are in configuration order.
+    """
+    best = best_ends(views)
+    candidates = [v for v in views if can_serve(v, nexts)]
+    by_name = {v.name: v for v in views}
+    current = by_name.get(active) if active is not None else None
+    if current is not None and current.up:
+        if max_lag(current, best) <= threshold or not candidates:
+            return None
+        leader = min(candidates, key=lambda v: max_lag(v, best))
+        if leader.name == active or max_lag(leader, best) >= max_lag(current, best):
+            return None
+        return Decision(leader.name, "lag")
+    fresh = [v for v in candidates if max_lag(v, best) <= threshold] or candidates
+    if not fresh:
+        return None
+    names = [v.name for v in views]
+    start = names.index(active) + 1 if active in names else 0
+    order = names[start:] + names[:start]
+    pick = next(name for name in order if any(v.name == name for v in fresh))
+    return Decision(pick, "initial" if active is None else "down")
+
+
+class NodeMonitor:
+    """Checks every node's end offsets every `healthcheck_interval`, on a driver thread."""
+
+    def __init__(
+        self,
+        nodes: Sequence[ClusterConfig],
+        pool: SourcePoolConfig,
+        metrics: Metrics,
+        keys: Sequence[SourcePartition] = (),
+    ):
+        self.nodes = list(nodes)
+        self.pool = pool
+        self.metrics = metrics
+        self.keys = list(keys)
+        self._views: dict[str, NodeView] = {n.name: NodeView(n.name, False) for n in nodes}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(
+            max_workers=len(self.nodes), thread_name_prefix="ktm-health"
+        )
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="ktm-monitor", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.pool.request_timeout * 3 + 5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def views(self) -> list[NodeView]:
+        with self._lock:
+            return [self._views[n.name] for n in self.nodes]
+
+    def check_now(self) -> list[NodeView]:
+        """Ask every node at once; each answer within request_timeout or the node is down."""
+        futures = [self._pool.submit(self._check, node) for node in self.nodes]
+        views = []
+        for node, future in zip(self.nodes, futures, strict=True):
+            try:
+                views.append(future.result(timeout=self.pool.request_timeout * 2 + 1))
+            except Exception as exc:  # noqa: BLE001 - any failure means: down
+                views.append(NodeView(node.name, False, error=f"{type(exc).__name__}: {exc}"))
+        self._publish(views)
+        return views
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.pool.healthcheck_interval):
+            self.check_now()
+
+    def _check(self, node: ClusterConfig) -> NodeView:
+        ends = admin.health_end_offsets(node, self.keys, self.pool.request_timeout)
+        return NodeView(node.name, True, ends)
+
+    def _publish(self, views: list[NodeView]) -> None:
+        with self._lock:
+            for view in views:
+                was = self._views[view.name]
+                if was.up and not view.up:
+                    log.warning("source node %s is down: %s", view.name, view.error)
+                elif view.up and not was.up:
+                    log.info("source node %s is up", view.name)
+                self._views[view.name] = view
+        for view in views:
+            self.metrics.node_up.labels(view.name).set(1 if view.up else 0)
+            for (topic, partition), end in view.ends.items():
+                self.metrics.node_end_offset.labels(view.name, topic, str(partition)).set(end)
+
+
+class SourcePool:
+    """The source side of a relay: one cluster (single mode) or N identical nodes (failover).
+
+    In failover mode it owns the health monitor and answers, between rounds and while one runs,
+    whether to switch nodes. It never moves records and never decides resume offsets: the
+    driver does, from the destination's provenance headers.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[ClusterConfig],
+        pool: SourcePoolConfig,
+        metrics: Metrics,
+        failover: bool,
+    ):
+        self.failover = failover
+        self.nodes = list(nodes) if failover else [nodes[0]]
+        if failover and pool.randomize_initial:
+            random.shuffle(self.nodes)
+        self.pool = pool
+        self.metrics = metrics
+        self.active = self.nodes[0]
+        # Single mode checks its one node too, to observe (node-up gauge, source end offsets
+        # for lag, /healthz); only failover mode acts on the checks.
+        self.monitor = NodeMonitor(self.nodes, pool, metrics)
+
+    def describe_all(self) -> str:
+        return "; ".join(describe(node) for node in self.nodes)
+
+    def partition_counts(self, topics: list[str], timeout: float) -> dict[str, int]:
+        """Topic metadata from the first node that answers (all nodes hold the same topics)."""
+        errors = []
+        for node in self.nodes:
+            try:
+                return admin.partition_counts(node, topics, timeout)
+            except Exception as exc:
+                if not is_retriable(exc):
+                    raise
+                errors.append(f"{describe(node)}: {exc}")
+        raise ConnectionError("no source node answered: " + "; ".join(errors))
+
+    def start(self, keys: Sequence[SourcePartition], nexts: dict[SourcePartition, int]) -> None:
+        """Pick the first active node (failover: one that holds everything relayed so far)."""
+        self.monitor.keys = list(keys)
+        if not self.failover:
+            self._activate(self.active.name)
+            self.monitor.start()
+            return
+        views = self.monitor.check_now()
+        decision = choose(views, None, nexts, self.pool.offset_lag_threshold)
+        if decision is None:
+            raise ConnectionError("no source node can serve: " + _why(views, nexts))
+        self._activate(decision.node)
+        log.info("active source node %s (of %d)", decision.node, len(self.nodes))
+        self.monitor.start()
+
+    def boot_ends(self) -> dict[SourcePartition, int] | None:
+        """--stop-at-end targets in failover mode: the most advanced healthy node's ends."""
+        if not self.failover:
+            return None
+        views = [v for v in self.monitor.views() if v.up]
+        best = best_ends(views)
+        return dict(min(views, key=lambda v: max_lag(v, best)).ends)
+
+    def next_switch(self, nexts: dict[SourcePartition, int], urgent: bool) -> Decision | None:
+        """Whether to move to another node now (asked every tick); raises if none can serve."""
+        if not self.failover:
+            return None
+        views = self.monitor.check_now() if urgent else self.monitor.views()
+        decision = choose(views, self.active.name, nexts, self.pool.offset_lag_threshold)
+        if decision is None and not urgent and not self._up(views):
+            # Cached views may predate `nexts` (relayed since): a node can look behind what
+            # was relayed only because it was asked earlier. Conclude from answers read after.
+            views = self.monitor.check_now()
+            decision = choose(views, self.active.name, nexts, self.pool.offset_lag_threshold)
+        if decision is None and not self._up(views):
+            raise ConnectionError("no source node can serve: " + _why(views, nexts))
+        return decision
+
+    def _up(self, views: Sequence[NodeView]) -> bool:
+        return next(v for v in views if v.name == self.active.name).up
+
+    def node(self, name: str) -> ClusterConfig:
+        return next(n for n in self.nodes if n.name == name)
+
+    def switch(self, decision: Decision) -> None:
+        old = self.active.name
+        self._activate(decision.node)
+        self.metrics.failovers.labels(old, decision.node, decision.reason).inc()
+
+    def _activate(self, name: str) -> None:
+        self.active = self.node(name)
+        for node in self.nodes:
+            self.metrics.active_node.labels(node.name).set(1 if node.name == name else 0)
+
+    def views(self) -> list[NodeView]:
+        return self.monitor.views()
+
+    def close(self) -> None:
+        self.monitor.close()
+
+
+def _why(views: Sequence[NodeView], nexts: dict[SourcePartition, int]) -> str:
+    reasons = []
+    for view in views:
+        if not view.up:
+            reasons.append(f"{view.name} down ({view.error})")
+        else:
+            behind = [k for k, nxt in nexts.items() if view.ends.get(k, -1) < nxt]
+            reasons.append(f"{view.name} behind what was relayed on {len(behind)} partition(s)")
+    return "; ".join(reasons)

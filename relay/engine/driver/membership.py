@@ -1,0 +1,170 @@
+"""Several ktm processes on one config: which source partitions this one may relay, and when.
+
+Membership lives in a consumer group on the target cluster (relay.clients.group); this module
+turns it into permission to write:
+
+- Ownership: the partitions of the current assignment. A rebalance first *revokes*: before this
+  process rejoins, `on_revoke` stops the running round (tasks flush, wait for acks, commit, end),
+  so the new owner, which starts only once every member rejoined, reads a destination tail that
+  no longer moves and resumes after it.
+- Permission: the driver renews its tasks' leases (relay.engine.channel) only while
+  `may_write()`: it holds an assignment and the coordinator confirmed the membership within half
+  the session timeout. A process cut off from the group (frozen, partitioned, its poll loop
+  stuck) stops renewing; its tasks stop writing once their lease (a quarter of the session
+  timeout) runs out, that is within 3/4 of the session timeout after the last confirmation,
+  before the coordinator can expire the member and hand its partitions to another one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from relay.clients.group import Assignment, GroupMember
+from relay.clients.settings import describe
+from relay.config import ClusterConfig
+from relay.engine.metrics import Metrics
+from relay.errors import KafkaSetupError
+
+log = logging.getLogger(__name__)
+
+POLL_EVERY = 0.2  # seconds between the membership consumer's polls
+JOIN_TIMEOUT_FACTOR = 4  # the first assignment may take this many session timeouts
+
+
+class Membership:
+    def __init__(
+        self,
+        target: ClusterConfig,
+        group: str,
+        topics: Sequence[str],
+        keys: Sequence[tuple[str, int]],
+        session_timeout: float,
+        metrics: Metrics,
+    ):
+        self.target, self.group = target, group
+        self.session_timeout = session_timeout
+        self.lease = session_timeout / 4
+        self.metrics = metrics
+        self.on_revoke: Callable[[], None] = lambda: None
+        self._topics, self._keys = list(topics), list(keys)
+        self._assignment: Assignment | None = None
+        self._member: GroupMember | None = None
+        self._last_poll = time.monotonic()
+        self._joined_at = float("-inf")
+        self._error: BaseException | None = None
+        self.rebalances = 0
+        self._changed = threading.Condition()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ktm-membership", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def assignment(self) -> Assignment | None:
+        """The assignment in force, or None (never raises: for other threads)."""
+        return self._assignment
+
+    def current(self) -> Assignment | None:
+        """The assignment in force, or None while the group rebalances."""
+        if self._error is not None:
+            raise KafkaSetupError(
+                f"group {self.group} on {describe(self.target)}: {self._error}"
+            ) from self._error
+        return self._assignment
+
+    def wait_assigned(self, stop: threading.Event) -> Assignment:
+        """Block until the first assignment (or a stop request, or a clear failure)."""
+        limit = self.session_timeout * JOIN_TIMEOUT_FACTOR + 10
+        deadline = time.monotonic() + limit
+        with self._changed:
+            while self.current() is None and not stop.is_set():
+                if time.monotonic() > deadline:
+                    raise KafkaSetupError(
+                        f"group {self.group} on {describe(self.target)}: no assignment within "
+                        f"{limit:.0f}s"
+                    )
+                self._changed.wait(0.2)
+        assignment = self._assignment
+        if assignment is None:
+            raise KafkaSetupError(f"group {self.group}: stopped before joining")
+        return assignment
+
+    def may_write(self) -> bool:
+        """Whether the driver may renew its tasks' leases now."""
+        member = self._member
+        if self._assignment is None or member is None or self._closing.is_set():
+            return False
+        now = time.monotonic()
+        if now - self._last_poll > max(2.0, self.session_timeout / 4):
+            return False  # the poll loop is stuck: it could miss a rebalance
+        confirmed = max(member.last_heartbeat(), self._joined_at)
+        return now - confirmed < self.session_timeout / 2
+
+    def close(self) -> None:
+        """Leave the group (the others take over at once, without waiting for a timeout)."""
+        self._closing.set()
+        self._thread.join(timeout=10)
+
+    # ---- the membership thread ----------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            self._member = GroupMember(
+                self.target,
+                self.group,
+                self._topics,
+                self._keys,
+                self.session_timeout,
+                self._revoked,
+                self._assigned,
+            )
+            while not self._closing.is_set():
+                self._member.poll(POLL_EVERY)
+                self._last_poll = time.monotonic()
+        except Exception as exc:
+            log.debug("membership loop failed", exc_info=True)
+            self._error = exc
+        finally:
+            self._assignment = None
+            if self._member is not None:
+                self._member.close()
+            with self._changed:
+                self._changed.notify_all()
+
+    def _revoked(self) -> None:
+        """Called inside poll() before rejoining: stop writing first, then let the join go on."""
+        had = self._assignment
+        self._assignment = None
+        if had is not None:
+            log.info(
+                "group %s rebalances: stopping work on %d partition(s)", self.group, len(had.keys)
+            )
+            self.metrics.rebalances.inc()
+            self.rebalances += 1
+        self.on_revoke()
+
+    def _assigned(self, assignment: Assignment) -> None:
+        self._joined_at = time.monotonic()  # the coordinator just confirmed us
+        self._assignment = assignment
+        self.metrics.assigned_partitions.set(len(assignment.keys))
+        self.metrics.group_members.set(assignment.members)
+        if assignment.standby:
+            log.warning(
+                "group %s: this process's topics or partition counts differ from the group "
+                "leader's; standing by",
+                self.group,
+            )
+        log.info(
+            "group %s generation %d: this process owns %d of %d partitions (%d member%s)",
+            self.group,
+            assignment.generation,
+            len(assignment.keys),
+            len(self._keys),
+            assignment.members,
+            "" if assignment.members == 1 else "s",
+        )
+        with self._changed:
+            self._changed.notify_all()

@@ -1,0 +1,105 @@
+"""Retry loops (tenacity) with bounds from the config side that failed.
+
+Only retriable errors are retried; every retry is logged and counted; a stop request (signal)
+ends a backoff at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tenacity import RetryCallState, Retrying, retry_if_exception
+
+from relay.config import ClusterConfig, Config, TargetConfig
+from relay.engine.metrics import Metrics
+from relay.errors import RelayError
+
+log = logging.getLogger(__name__)
+
+STARTUP_ATTEMPTS_WHEN_FOREVER = 5  # "-1 = forever" applies once the relay has started
+
+
+class RetriableRoundError(RelayError):
+    """Something failed with a retriable error; `side` ("source"/"target") picks the policy."""
+
+    def __init__(self, message: str, side: str):
+        super().__init__(message)
+        self.side = side
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int  # -1 = forever
+    backoff_min: float
+    backoff_max: float
+
+    def wait(self, attempt: int) -> float:
+        return float(min(self.backoff_max, self.backoff_min * 2 ** max(0, attempt - 1)))
+
+    def bounded(self) -> RetryPolicy:
+        """The policy for start-up: nothing runs yet, so an endless wait helps no one."""
+        if self.max_retries >= 0:
+            return self
+        return RetryPolicy(STARTUP_ATTEMPTS_WHEN_FOREVER, self.backoff_min, self.backoff_max)
+
+
+def policy_for(cfg: Config, side: str) -> RetryPolicy:
+    if side == "source":
+        pool = cfg.source_pool
+        return RetryPolicy(pool.max_retries, pool.backoff_min, pool.backoff_max)
+    # The writing side: the target cluster, or for a backup (no [target]) the store, which
+    # gets the target's default policy.
+    target = cfg.target or TargetConfig(ClusterConfig("store", ("-:1",)))
+    return RetryPolicy(target.max_retries, target.backoff_min, target.backoff_max)
+
+
+def retrying(
+    policy_of: Callable[[BaseException | None], RetryPolicy],
+    retriable: Callable[[BaseException], bool],
+    stop_event: threading.Event,
+    metrics: Metrics,
+) -> Retrying:
+    """A tenacity loop: `for attempt in retrying(...): with attempt: ...`; re-raises at the end."""
+
+    def outcome(state: RetryCallState) -> BaseException | None:
+        return state.outcome.exception() if state.outcome else None
+
+    def exhausted(state: RetryCallState) -> bool:
+        policy = policy_of(outcome(state))
+        if stop_event.is_set():
+            return True
+        return policy.max_retries >= 0 and state.attempt_number > policy.max_retries
+
+    def wait(state: RetryCallState) -> float:
+        return policy_of(outcome(state)).wait(state.attempt_number)
+
+    def before_sleep(state: RetryCallState) -> None:
+        exc = outcome(state)
+        side = getattr(exc, "side", "startup")
+        metrics.retries.labels(side).inc()
+        if side == "target":
+            metrics.produce_retries.inc()
+        policy = policy_of(exc)
+        limit = "forever" if policy.max_retries < 0 else f"of {policy.max_retries + 1}"
+        log.warning(
+            "attempt %d %s failed, retrying in %.1fs: %s",
+            state.attempt_number,
+            limit,
+            wait(state),
+            exc,
+        )
+
+    def sleep(seconds: float) -> None:
+        stop_event.wait(seconds)  # a signal ends a backoff at once
+
+    return Retrying(
+        retry=retry_if_exception(retriable),
+        stop=exhausted,
+        wait=wait,
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )

@@ -1,0 +1,114 @@
+"""One round: a Spark job whose tasks relay partition groups until the driver stops them.
+
+A round ends when its tasks are done (every partition reached its --stop-at-end offset), or when
+the driver asks them to stop: a stop signal, a failover, a task error, a membership change, or a
+re-plan of the groups that pays off. Asking is cooperative (relay.engine.channel): tasks flush,
+commit and return within about a second. Cancelling the Spark job is the last resort, for tasks
+that do not answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from relay.engine.channel import ControlServer, Report
+from relay.engine.driver.groups import Groups
+from relay.engine.driver.retry import RetriableRoundError
+from relay.engine.metrics import Metrics
+from relay.engine.spark import RoundJob
+from relay.errors import RelayError
+from relay.spec import GroupResult
+
+log = logging.getLogger(__name__)
+
+TICK = 0.2  # seconds between the driver's checks while a round runs
+CANCEL_AFTER = 15.0  # seconds after a stop request before the Spark job is cancelled
+SILENT_AFTER = 8.0  # a running task silent this long is lost (its executor died)
+START_GRACE = 30.0  # a task not started after this long has no slot (the cluster shrank)
+
+
+@dataclass
+class Round:
+    round_id: int
+    groups: Groups
+    job: RoundJob
+    started: float = field(default_factory=time.monotonic)
+    last_replan_check: float = field(default_factory=time.monotonic)
+    replan_checked_finished: int = 0  # finished tasks already considered for a re-plan
+    stop_reason: str | None = None
+    stop_asked_at: float | None = None
+    # Final reports by task id, as they arrive over the channel (before the job ends).
+    finished: dict[int, GroupResult] = field(default_factory=dict)
+    heard: dict[int, float] = field(default_factory=dict)  # task id -> its last report
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_report(self, report: Report) -> None:
+        if report.round_id != self.round_id:
+            return
+        with self._lock:
+            self.heard[report.task_id] = time.monotonic()
+            if report.final:
+                self.finished[report.task_id] = report.result
+
+    def stalled(self) -> bool:
+        """A task went silent (Spark re-runs it, but its slot may never free up while the
+        others run: they run until stopped), or never started (fewer slots than planned)."""
+        now = time.monotonic()
+        with self._lock:
+            silent = [
+                t
+                for t, at in self.heard.items()
+                if t not in self.finished and now - at > SILENT_AFTER
+            ]
+            waiting = len(self.groups) - len(self.heard)
+        if silent:
+            log.warning("round %d: task(s) %s went silent; re-planning", self.round_id, silent)
+        elif waiting and now - self.started > START_GRACE:
+            log.warning("round %d: %d task(s) found no slot; re-planning", self.round_id, waiting)
+        return bool(silent) or (waiting > 0 and now - self.started > START_GRACE)
+
+    def finished_results(self) -> list[GroupResult]:
+        with self._lock:
+            return list(self.finished.values())
+
+    def failed(self) -> bool:
+        return any(result.error is not None for result in self.finished_results())
+
+    def ask_to_stop(self, reason: str, channel: ControlServer) -> None:
+        if self.stop_reason is None:
+            self.stop_reason, self.stop_asked_at = reason, time.monotonic()
+            log.debug("round %d: asking tasks to stop (%s)", self.round_id, reason)
+            channel.stop_round(self.round_id)
+
+    def overdue(self) -> bool:
+        """Asked to stop long ago and still running: a task is not answering."""
+        asked = self.stop_asked_at
+        return asked is not None and time.monotonic() - asked > CANCEL_AFTER
+
+    def cancel(self) -> None:
+        log.warning(
+            "round %d: tasks did not stop within %.0fs; cancelling the Spark job",
+            self.round_id,
+            CANCEL_AFTER,
+        )
+        self.job.cancel()
+        self.stop_asked_at = float("inf")  # cancel once
+
+
+def raise_for(failures: list[GroupResult], metrics: Metrics) -> None:
+    """Count the tasks' errors and raise the one that decides: a fatal error stops the run
+    (RelayError), otherwise a retriable one picks the retry policy of its side."""
+    errors = [r.error for r in failures if r.error is not None]
+    for error in errors:
+        metrics.errors.labels(error.kind).inc()
+        log.warning("task failed kind=%s partition=%s: %s", error.kind, error.key, error.message)
+    fatal = [e for e in errors if not e.retriable]
+    first = (fatal or errors)[0]
+    where = f" on {first.key[0]}[{first.key[1]}]" if first.key else ""
+    if fatal:
+        raise RelayError(f"{first.kind} error{where}: {first.message}")
+    side = "source" if first.kind == "source" else "target"
+    raise RetriableRoundError(f"{first.kind} error{where}: {first.message}", side)

@@ -1,0 +1,430 @@
+"""The driver: plans, runs rounds on Spark, watches live progress, fails over, retries, stops.
+
+It never moves records itself. Spark starts on a background thread while the clusters are
+checked, and the process joins its group (relay.engine.driver.membership) meanwhile. Each round
+is one Spark job with at most one task per slot, each task serving a group of the partitions this
+process owns, until the driver stops it; between rounds the driver re-plans from the offsets the
+tasks reported as acknowledged. What differs between relay, backup and restore is behind
+relay.engine.pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from relay.clients.settings import is_retriable
+from relay.config import Config
+from relay.engine.channel import ControlServer, Report
+from relay.engine.driver.backend import SparkBackend
+from relay.engine.driver.groups import Groups, Load, group_index, plan_groups, worth_replanning
+from relay.engine.driver.membership import Membership
+from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
+from relay.engine.driver.rounds import TICK, Round, raise_for
+from relay.engine.driver.status import Status
+from relay.engine.metrics import Metrics
+from relay.engine.pipeline import Pipeline
+from relay.engine.spark import Engine
+from relay.errors import RelayError
+from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartition
+
+log = logging.getLogger(__name__)
+
+REVOKE_WAIT = 20.0  # seconds a rebalance waits for the round to stop before cancelling it
+
+
+@dataclass
+class RunSummary:
+    relayed: int = 0
+    filtered: int = 0
+    rounds: int = 0
+    elapsed: float = 0.0
+    spark_start: float = 0.0
+    first_record: float | None = None  # seconds from start to the first acknowledged record
+    slots: int = 0
+    rebalances: int = 0
+    stopped_by_signal: bool = False
+    next_offsets: dict[SourcePartition, int] = field(default_factory=dict)
+
+
+class Runner:
+    """`with Runner(...) as run: run.prepare(); run.run()`; closing is idempotent."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        pipeline: Pipeline,
+        *,
+        stop_at_end: bool,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        master: str | None = None,
+        backend: SparkBackend | None = None,
+    ):
+        self.cfg, self.pipeline = cfg, pipeline
+        self.stop_at_end, self.stop_event, self.metrics = stop_at_end, stop_event, metrics
+        self.status = Status(metrics, cfg.app.stuck_after)
+        # Leases last a quarter of the group session (relay.engine.driver.membership); renewed 4
+        # times as often. (Tests pass a backend of their own: the driver's logic without Spark.)
+        self.backend = backend or SparkBackend(
+            cfg.spark,
+            master,
+            metrics,
+            self._lease_for,
+            self._report,
+            renew_every=cfg.app.session_timeout / 16,
+        )
+        self.routes: list[PartitionRoute] = []
+        self.stop_offsets: dict[SourcePartition, int] = {}
+        self.summary = RunSummary()
+        self.membership: Membership | None = None
+        self._begun = time.monotonic()
+        self._round: Round | None = None
+        self._round_id = 0
+        self._round_generation: dict[int, int] = {}
+        self._generation: int | None = None
+        self._groups: dict[SourcePartition, int] = {}
+        self._source_trouble = False
+        self._unsure = False  # tasks lost their lease: where their partitions stand is unknown
+        self._gap_from: float | None = None
+        self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
+        self._closed = False
+        self._resources = ExitStack()
+        self._resources.callback(self.pipeline.close)
+        self._resources.callback(self.backend.stop)
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def log_path(self) -> str | None:
+        return self.backend.log_path
+
+    # ---- set-up -------------------------------------------------------------------------
+
+    def prepare(self, start_spark: bool = False) -> None:
+        """Check the clusters and topics, find every next offset. With `start_spark`, Spark
+        starts and the group is joined in the background as soon as the partitions are known,
+        while the destination tails and offsets are read."""
+        on_routes = self._begin if start_spark else None
+        plan = self.pipeline.plan(self.stop_at_end, on_routes)
+        self.routes = plan.routes
+        self.stop_offsets = plan.stops or {}
+        self.status.active_node = self.pipeline.active_source()
+        self.status.start(plan.routes, plan.next_offsets, plan.ends, plan.stops)
+
+    def _begin(self, routes: list[PartitionRoute]) -> None:
+        self.backend.begin(len(routes))
+        self._join(routes)
+
+    def _join(self, routes: list[PartitionRoute]) -> Membership:
+        if self.membership is None:
+            group = f"{self.cfg.app.group_id}.{self.pipeline.kind}"
+            self.membership = Membership(
+                self.pipeline.coordinator,
+                group,
+                self.pipeline.group_topics,
+                [r.key for r in routes],
+                self.cfg.app.session_timeout,
+                self.metrics,
+            )
+            self.membership.on_revoke = self._on_revoke
+            self.membership.start()
+            self._resources.callback(self.membership.close)  # closed first: leave the group
+        return self.membership
+
+    # ---- running ------------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        try:
+            if self._pending():
+                membership = self._join(self.routes)
+                membership.wait_assigned(self.stop_event)
+            while not self.stop_event.is_set():
+                owned = self._owned()
+                todo = [r for r in self._pending() if owned is not None and r.key in owned]
+                if not todo:
+                    if owned is not None and self._done():
+                        break
+                    self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
+                    continue
+                for attempt in retrying(
+                    self._round_policy, _is_retriable_round, self.stop_event, self.metrics
+                ):
+                    with attempt:
+                        self._round_once(todo, attempt.retry_state.attempt_number)
+        finally:
+            self._summarize()
+            self.close()
+        return self.summary
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._resources.close()
+
+    def _pending(self) -> list[PartitionRoute]:
+        if not self.stop_at_end:
+            return list(self.routes)
+        done = self.status.next_offsets()
+        return [r for r in self.routes if done[r.key] < self.stop_offsets[r.key]]
+
+    def _done(self) -> bool:
+        """--stop-at-end: every partition this process owns reached its stop offset."""
+        if not self.stop_at_end:
+            return False
+        log.info("reached the end offsets seen at start-up")
+        return True
+
+    def _owned(self) -> frozenset[SourcePartition] | None:
+        """The partitions this process may relay now (None while the group rebalances); a new
+        generation first learns where its partitions really stand."""
+        if self.membership is None:
+            return frozenset(r.key for r in self.routes)
+        assignment = self.membership.current()
+        if assignment is None:
+            return None
+        if assignment.generation != self._generation:
+            owned = [r for r in self.routes if r.key in assignment.keys]
+            self.pipeline.adopt(owned)
+            self._resync(owned, "taken over")
+            self._generation = assignment.generation
+            self.status.set_owned(assignment.keys, assignment.members)
+        return assignment.keys
+
+    def _round_once(self, todo: list[PartitionRoute], attempt: int) -> None:
+        if self.stop_event.is_set():
+            return
+        if attempt > 1 or self._unsure:
+            self._resync(todo, "delivered without ack")
+            self._unsure = False
+        self._fail_over_if_needed(todo)
+        engine, channel = self.backend.ready(len(self.routes))
+        current = self._submit_round(todo, engine, channel)
+        if current is None:
+            return  # the group rebalanced meanwhile: the caller re-reads the ownership
+        while not current.job.wait(TICK):
+            self._watch(current)
+        try:
+            results = current.job.results()
+        except RelayError as exc:  # the job itself failed (a lost worker): re-read and retry
+            if self.stop_event.is_set():
+                log.info("stopping: the last round ended with Spark (%s)", exc)
+                return
+            raise RetriableRoundError(str(exc), "target") from exc
+        engine.refresh_slots()
+        self._finish_round(current, results)
+
+    def _submit_round(
+        self, todo: list[PartitionRoute], engine: Engine, channel: ControlServer
+    ) -> Round | None:
+        with self._submit:
+            generation = self._generation
+            if self.membership is not None:
+                assignment = self.membership.current()
+                if assignment is None or assignment.generation != generation:
+                    return None
+            groups = self._plan(todo, engine.slots)
+            self._round_id += 1
+            round_id = self._round_id
+            nexts = self.status.next_offsets()
+            by_key = {r.key: r for r in self.routes}
+            tasks = [
+                self.pipeline.task(
+                    round_id, index, self._works(group, nexts, by_key), channel.address
+                )
+                for index, group in enumerate(groups)
+            ]
+            self._round_generation[round_id] = generation if generation is not None else -1
+            self._round = Round(
+                round_id, groups, engine.submit(round_id, tasks, self.pipeline.sides)
+            )
+            self.backend.used = True
+        return self._round
+
+    def _works(
+        self,
+        group: tuple[SourcePartition, ...],
+        nexts: dict[SourcePartition, int],
+        by_key: dict[SourcePartition, PartitionRoute],
+    ) -> tuple[PartitionWork, ...]:
+        return tuple(
+            PartitionWork(by_key[key], nexts[key], self.stop_offsets.get(key)) for key in group
+        )
+
+    def _finish_round(self, current: Round, results: list[GroupResult]) -> None:
+        wall = time.monotonic() - current.started
+        self._gap_from = current.stop_asked_at or time.monotonic()
+        for result in results:
+            self.status.apply((result.round_id, result.task_id, result.attempt), result.partitions)
+        self.status.record_round(wall, current.stop_reason or "end")
+        failures = [r for r in results if r.error is not None]
+        self._source_trouble = any(r.error and r.error.kind == "source" for r in failures)
+        # A task that lost its lease stopped because this driver could not vouch for it (it was
+        # frozen, or lost its group membership): not a failure, but its last records may have
+        # landed unacknowledged, so the next round first re-reads where things stand.
+        lost = [r for r in failures if r.error is not None and r.error.kind == "channel"]
+        failures = [r for r in failures if r not in lost]
+        if lost:
+            log.info("round %d: %d task(s) stopped without a lease", current.round_id, len(lost))
+            self._unsure = True
+        log.info(
+            "round %d ended (%s) after %.1fs: %d tasks, %d records so far",
+            current.round_id,
+            current.stop_reason or "done",
+            wall,
+            len(current.groups),
+            self.status.snapshot().relayed,
+        )
+        if failures:
+            self._fail(failures)
+
+    def _plan(self, todo: list[PartitionRoute], slots: int) -> Groups:
+        rows = self.status.rows()
+        loads = [Load(r.key, rows[r.key].lag or 0, rows[r.key].rate) for r in todo]
+        groups = plan_groups(loads, slots, self._groups)
+        self._groups = group_index(groups)
+        return groups
+
+    # ---- while a round runs (main thread, channel thread, membership thread) ------------
+
+    def _report(self, report: Report) -> None:
+        """A task's live report (channel thread)."""
+        result = report.result
+        self.status.apply(
+            (report.round_id, report.task_id, report.attempt), result.partitions, result.latencies
+        )
+        current = self._round
+        if current is not None:
+            current.on_report(report)
+
+    def _lease_for(self, round_id: int) -> float | None:
+        """Seconds of writing granted to a round's tasks (channel thread): only while this
+        process holds the assignment the round was planned under."""
+        membership = self.membership
+        if membership is None:
+            return None
+        assignment = membership.assignment()
+        generation = self._round_generation.get(round_id)
+        if assignment is None or generation != assignment.generation:
+            return None
+        return membership.lease if membership.may_write() else None
+
+    def _on_revoke(self) -> None:
+        """The group rebalances (membership thread, before it rejoins): stop writing, wait
+        until every task flushed and committed, and only then let the rebalance go on."""
+        with self._submit:
+            current = self._round
+            if current is None or current.job.wait(0):
+                return
+            channel = self.backend.channel
+            assert channel is not None
+            current.ask_to_stop("membership", channel)
+            if not current.job.wait(REVOKE_WAIT):
+                current.cancel()
+                current.job.wait(REVOKE_WAIT)
+
+    def _watch(self, current: Round) -> None:
+        """Every tick while a round runs: gauges, and whether the round should end."""
+        channel = self.backend.channel
+        assert channel is not None
+        if self._gap_from is not None and channel.connected(current.round_id) >= len(
+            current.groups
+        ):
+            self.metrics.round_gap.inc(time.monotonic() - self._gap_from)
+            self._gap_from = None
+        self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
+        self.pipeline.tick()
+        reason = self._end_reason(current)
+        if reason is not None:
+            current.ask_to_stop(reason, channel)
+        if current.overdue():
+            current.cancel()
+
+    def _end_reason(self, current: Round) -> str | None:
+        if self.stop_event.is_set():
+            return "stop"
+        if current.failed():
+            return "error"
+        if self._lease_for(current.round_id) is None:
+            return "membership"
+        if self.pipeline.wants_switch(self.status.next_offsets()):
+            return "failover"
+        if current.stalled():
+            return "lost"
+        if self._should_replan(current):
+            return "rebalance"
+        return None
+
+    def _should_replan(self, current: Round) -> bool:
+        """Re-plan when a task is done (its slot idles) or every rebalance_interval, and only
+        if a fresh plan finishes the work clearly sooner."""
+        now, finished = time.monotonic(), len(current.finished_results())
+        due = now - current.last_replan_check >= self.cfg.spark.rebalance_interval
+        if not (due or finished > current.replan_checked_finished):
+            return False
+        current.last_replan_check, current.replan_checked_finished = now, finished
+        rows = self.status.rows()
+        pending = {r.key for r in self._pending()}
+        live = [tuple(k for k in group if k in pending) for group in current.groups]
+        loads = {k: Load(k, rows[k].lag or 0, rows[k].rate) for k in pending}
+        rate = max(sum(row.rate for row in rows.values()) / max(len(live), 1), 1.0)
+        return worth_replanning(live, loads, len(current.groups), rate)
+
+    # ---- between rounds ---------------------------------------------------------------------
+
+    def _resync(self, routes: list[PartitionRoute], why: str) -> None:
+        """Learn where partitions really stand (records may have landed without their ack
+        reaching us, or another process relayed them) and move their next offsets forward."""
+        if not routes:
+            return
+        for key, next_offset in sorted(self.pipeline.where(routes).items()):
+            if self.status.advance(key, next_offset):
+                log.info(
+                    "resync topic=%s partition=%s next_offset=%s (%s)",
+                    key[0],
+                    key[1],
+                    next_offset,
+                    why,
+                )
+
+    def _fail_over_if_needed(self, todo: list[PartitionRoute]) -> None:
+        try:
+            switched = self.pipeline.fail_over(self.status.next_offsets(), self._source_trouble)
+        except ConnectionError as exc:
+            raise RetriableRoundError(str(exc), "source") from exc
+        if switched:
+            self._resync(todo, "failover")
+        self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
+
+    def _fail(self, failures: list[GroupResult]) -> None:
+        raise_for(failures, self.metrics)
+
+    def _summarize(self) -> None:
+        snap = self.status.snapshot()
+        s = self.summary
+        s.elapsed = time.monotonic() - self._begun
+        s.stopped_by_signal = self.stop_event.is_set()
+        s.next_offsets = self.status.next_offsets()
+        s.relayed, s.filtered, s.rounds = snap.relayed, snap.filtered, self.status.rounds
+        s.spark_start, s.slots = self.backend.start_seconds, self.backend.engine_slots()
+        s.rebalances = self.membership.rebalances if self.membership is not None else 0
+        if self.status.first_ack_at is not None:
+            s.first_record = self.status.first_ack_at - self._begun
+            self.metrics.first_record.set(s.first_record)
+
+    def _round_policy(self, exc: BaseException | None) -> RetryPolicy:
+        return policy_for(self.cfg, getattr(exc, "side", "target"))
+
+
+def _is_retriable_round(exc: BaseException) -> bool:
+    return isinstance(exc, RetriableRoundError) or is_retriable(exc)

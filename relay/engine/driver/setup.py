@@ -1,0 +1,130 @@
+"""Start-up: check the clusters and topics, pick the source node, find every next offset.
+
+Everything here runs before any record moves, with bounded retries: a cluster that never
+answered is most likely a wrong address, so even `max_retries = -1` gives up after a few tries.
+Errors name the cluster by its name and addresses, never its credentials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from relay.clients import admin
+from relay.clients.settings import describe, is_retriable
+from relay.config import Config, TargetConfig
+from relay.engine.driver.failover import SourcePool
+from relay.engine.driver.plan import plan_routes
+from relay.engine.driver.retry import policy_for, retrying
+from relay.engine.metrics import Metrics
+from relay.engine.pipeline import Plan
+from relay.errors import KafkaSetupError, KtmError
+from relay.resume import destination_next_offsets, resume_points, source_offsets
+from relay.spec import PartitionRoute
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Startup:
+    def __init__(self, cfg: Config, pool: SourcePool, stop: threading.Event, metrics: Metrics):
+        self.cfg, self.pool, self.stop, self.metrics = cfg, pool, stop, metrics
+        self.timeout = self.timeout_of(cfg)
+
+    @staticmethod
+    def timeout_of(cfg: Config) -> float:
+        """Time limit of one start-up request: generous, a cluster may be slow to answer."""
+        return cfg.source_pool.request_timeout * 5 + 5
+
+    def plan(
+        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None = None
+    ) -> Plan:
+        cfg, target = self.cfg, self.cfg.need_target().cluster
+        names = [r.source for r in cfg.topics]
+        src_counts = self.call("source", lambda: self.pool.partition_counts(names, self.timeout))
+        dst_counts = self.call(
+            "target",
+            lambda: admin.partition_counts(target, [r.target for r in cfg.topics], self.timeout),
+        )
+        routes = plan_routes(
+            cfg.topics, src_counts, dst_counts, self.pool.describe_all(), describe(target)
+        )
+        if on_routes is not None:
+            on_routes(routes)
+        at_destination = self.call(
+            "target", lambda: destination_next_offsets(target, routes, self.timeout)
+        )
+        self.call("source", lambda: self.pool.start([r.key for r in routes], at_destination))
+        source, keys = self.pool.active, [r.key for r in routes]
+        # Offsets read at different moments are compared below, so the source's end is read
+        # LAST: the destination and the committed offsets (which another member may be moving
+        # right now) can then never be past it unless the topic really was recreated.
+        committed = self.call(
+            "source",
+            lambda: admin.committed_offsets(source, cfg.app.group_id, keys, self.timeout),
+        )
+        offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
+        points = resume_points(routes, offsets, at_destination, committed)
+        stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
+        nexts = {key: point.next_offset for key, point in points.items()}
+        return Plan(routes, nexts, dict(offsets.end), stops)
+
+    def fitted_target(self, topics: Iterable[str]) -> TargetConfig:
+        """[target] as the tasks use it: `batch_size` lowered to the smallest max.message.bytes
+        the destination topics allow, with a warning. A broker refuses a bigger batch, and
+        kafka-python would split it again and again. Brokers that describe no configs (Tansu)
+        leave it as configured; a single record over the limit still fails, naming itself."""
+        target = self.cfg.need_target()
+        try:
+            configs = admin.topic_configs(target.cluster, topics, self.timeout)
+        except Exception as exc:  # noqa: BLE001 - a check, not a requirement
+            log.info("target does not describe topic configs (%s): batch_size not checked", exc)
+            return target
+        limits = {
+            topic: int(found["max.message.bytes"])
+            for topic, found in configs.items()
+            if found.get("max.message.bytes", "").isdigit()
+        }
+        if not limits:
+            log.info("target describes no max.message.bytes: [target].batch_size not checked")
+            return target
+        topic, limit = min(limits.items(), key=lambda item: item[1])
+        if target.batch_size <= limit:
+            return target
+        log.warning(
+            "[target].batch_size %d exceeds max.message.bytes %d of destination topic %s: "
+            "producing batches of at most %d bytes",
+            target.batch_size,
+            limit,
+            topic,
+            limit,
+        )
+        return dataclasses.replace(target, batch_size=limit)
+
+    def call(self, side: str, fn: Callable[[], T], where: str | None = None) -> T:
+        """`fn` with start-up retries on retriable errors; one clear error at the end."""
+        policy = policy_for(self.cfg, side).bounded()
+        if where is None and side == "source":
+            where = "source " + self.pool.describe_all()
+        elif where is None:
+            where = describe(self.cfg.need_target().cluster)
+        try:
+            for attempt in retrying(lambda _: policy, is_retriable, self.stop, self.metrics):
+                with attempt:
+                    return fn()
+        except admin.TLSHandshakeError as exc:
+            raise KafkaSetupError(f"{where}: {exc}") from exc
+        except KtmError:
+            raise
+        except Exception as exc:
+            if is_retriable(exc):
+                tries = policy.max_retries + 1
+                raise KafkaSetupError(
+                    f"{where}: unreachable after {tries} attempt{'s' if tries > 1 else ''}: {exc}"
+                ) from exc
+            raise KafkaSetupError(f"{where}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover - reraise=True

@@ -1,0 +1,342 @@
+"""What the driver knows about progress: per-partition counts, next offsets, lag, rates, health.
+
+Fed while tasks run: every task report (relay.engine.channel, about twice a second per task) carries
+cumulative totals for its attempt, and `apply` turns them into deltas, so a report that arrives
+twice (live, then as the Spark result) or not at all changes nothing. The metrics, `/healthz`
+(from the HTTP thread) and the progress view read from here; all state sits behind one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from relay.engine.driver.failover import NodeView
+from relay.engine.metrics import Metrics
+from relay.spec import PartitionProgress, PartitionRoute, SourcePartition
+
+log = logging.getLogger(__name__)
+
+RATE_WINDOW = 1.0  # seconds over which a partition's rate is measured
+RATE_STALE = 3.0  # a rate not refreshed for this long reads as 0
+
+Attempt = tuple[int, int, int]  # (round, task, attempt)
+
+# restore --follow: why a partition waits (relay.pipelines.restore.store_reader), for logs and
+# /healthz
+WAIT_REASONS = {"empty": "its first segment", "late": "a late segment"}
+
+
+@dataclass(frozen=True)
+class PartitionRow:
+    route: PartitionRoute
+    next_offset: int
+    end: int | None  # latest known source end offset
+    stop: int | None  # --stop-at-end target
+    relayed: int = 0
+    filtered: int = 0
+    owned: bool = True  # relayed by this process (others in its group relay the rest)
+    rate: float = 0.0  # records/s over the last RATE_WINDOW
+    rate_at: float = 0.0  # when `rate` was measured
+    rate_base: int = 0  # `relayed` at rate_at
+    waiting: tuple[str, float] | None = None  # restore --follow: (reason, seconds) it waits
+    # a hole at the destination: the partition resumes at this next offset, not after the tail
+    pinned_at: int | None = None
+
+    @property
+    def lag(self) -> int | None:
+        return None if self.end is None else max(0, self.end - self.next_offset)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    rows: tuple[PartitionRow, ...]
+    active_node: str
+    relayed: int
+    filtered: int
+    elapsed: float
+    stop_at_end: bool
+    members: int = 1  # ktm processes in the group
+
+    @property
+    def owned(self) -> tuple[PartitionRow, ...]:
+        return tuple(row for row in self.rows if row.owned)
+
+    @property
+    def lag(self) -> int:
+        """Records behind on the partitions this process relays."""
+        return sum(row.lag or 0 for row in self.owned)
+
+    @property
+    def rate(self) -> float:
+        return sum(row.rate for row in self.rows)
+
+    @property
+    def remaining(self) -> int | None:
+        """Records left to the --stop-at-end targets of the partitions this process relays."""
+        if not self.stop_at_end:
+            return None
+        return sum(max(0, (row.stop or 0) - row.next_offset) for row in self.owned)
+
+
+class Status:
+    def __init__(
+        self, metrics: Metrics, stuck_after: float, clock: Callable[[], float] = time.monotonic
+    ):
+        self.metrics = metrics
+        self.stuck_after = stuck_after
+        self.clock = clock
+        self.started = clock()
+        self.last_progress = clock()
+        self.first_ack_at: float | None = None
+        self.active_node = ""
+        self.nodes: list[NodeView] = []
+        self.rounds = 0
+        self.stop_at_end = False
+        self.owned: frozenset[SourcePartition] | None = None  # None: every partition is ours
+        self.members = 1
+        # restore --follow, before its partitions are known: topics waiting for a first segment
+        self.waiting_topics: tuple[str, ...] = ()
+        self._rows: dict[SourcePartition, PartitionRow] = {}
+        self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
+        self._waited: set[tuple[tuple[str, str], str]] = set()
+        self._lock = threading.Lock()
+
+    def start(
+        self,
+        routes: Sequence[PartitionRoute],
+        next_offsets: dict[SourcePartition, int],
+        ends: dict[SourcePartition, int],
+        stops: dict[SourcePartition, int] | None,
+    ) -> None:
+        self.stop_at_end = stops is not None
+        now = self.clock()
+        with self._lock:
+            for route in routes:
+                key = route.key
+                stop = stops.get(key) if stops else None
+                row = PartitionRow(route, next_offsets[key], ends.get(key), stop, rate_at=now)
+                self._rows[key] = row
+        self._publish(list(self._rows))
+
+    def apply(
+        self, attempt: Attempt, parts: Sequence[PartitionProgress], latencies: Sequence[float] = ()
+    ) -> None:
+        """A task's cumulative totals: count what is new since its previous report."""
+        now = self.clock()
+        with self._lock:
+            seen = self._seen.setdefault(attempt, {})
+            moved = False
+            for part in parts:
+                before = seen.get(part.key)
+                if part.key not in self._rows:
+                    continue
+                seen[part.key] = part
+                moved |= self._add(part, before, now)
+        for seconds in latencies:
+            self.metrics.latency.observe(max(0.0, seconds))
+        if moved:
+            self.last_progress = now
+            if self.first_ack_at is None:
+                self.first_ack_at = now
+        self._publish([part.key for part in parts])
+
+    def _add(self, part: PartitionProgress, before: PartitionProgress | None, now: float) -> bool:
+        """Count one partition's delta; True if records were relayed or dropped."""
+        row, m = self._rows[part.key], self.metrics
+        route = row.route
+        labels = (
+            route.topic,
+            str(route.partition),
+            route.target_topic,
+            str(route.target_partition),
+        )
+        produced = part.produced - (before.produced if before else 0)
+        m.consumed.labels(*labels).inc(max(0, part.consumed - (before.consumed if before else 0)))
+        m.produced.labels(*labels).inc(max(0, produced))
+        done_bytes = part.produced_bytes - (before.produced_bytes if before else 0)
+        m.bytes_produced.labels(route.target_topic).inc(max(0, done_bytes))
+        segments = part.segments - (before.segments if before else 0)
+        if segments > 0:
+            m.segments_written.labels(route.topic, str(route.partition)).inc(segments)
+        filtered = _count_delta(part.filtered, before.filtered if before else ())
+        for filter_id, count in filtered.items():
+            m.filtered.labels(filter_id, route.topic).inc(count)
+        errors = _count_delta(part.filter_errors, before.filter_errors if before else ())
+        for filter_id, count in errors.items():
+            m.filter_errors.labels(filter_id, route.topic).inc(count)
+        end = row.end if part.highwater is None else max(row.end or 0, part.highwater)
+        row = replace(
+            row,
+            next_offset=max(row.next_offset, part.next_offset),
+            end=end,
+            relayed=row.relayed + max(0, produced),
+            filtered=row.filtered + sum(filtered.values()),
+            waiting=part.waiting,
+        )
+        if now - row.rate_at >= RATE_WINDOW:
+            rate = (row.relayed - row.rate_base) / (now - row.rate_at)
+            row = replace(row, rate=rate, rate_at=now, rate_base=row.relayed)
+        row = self._pin(row, part)
+        self._rows[part.key] = row
+        return produced > 0 or bool(filtered)
+
+    def _pin(self, row: PartitionRow, part: PartitionProgress) -> PartitionRow:
+        """A hole pins the partition at its first unacknowledged record until records past it
+        are acknowledged again (the next round relays from there)."""
+        if part.hole and row.pinned_at is None:
+            route = row.route
+            log.warning(
+                "hole at destination %s[%s]: records of %s[%s] from offset %s failed while later "
+                "ones landed; relaying again from %s (those later records may arrive twice)",
+                route.target_topic,
+                route.target_partition,
+                route.topic,
+                route.partition,
+                part.next_offset,
+                part.next_offset,
+            )
+            self.metrics.holes.labels(route.topic, str(route.partition)).inc()
+            return replace(row, pinned_at=part.next_offset)
+        if row.pinned_at is not None and not part.hole and part.next_offset > row.pinned_at:
+            return replace(row, pinned_at=None)
+        return row
+
+    def set_owned(self, keys: frozenset[SourcePartition], members: int) -> None:
+        """The partitions this process relays now (its share of the group's). Their lag and
+        next offset are published; a partition handed to another member has its series
+        removed (this process no longer knows where it stands: its numbers would only age)."""
+        with self._lock:
+            gone = (self.owned if self.owned is not None else frozenset(self._rows)) - keys
+            self.owned, self.members = frozenset(keys), members
+        for topic, partition in sorted(gone):
+            for gauge in (self.metrics.lag, self.metrics.next_offset):
+                try:
+                    gauge.remove(topic, str(partition))
+                except KeyError:
+                    pass  # never published
+        self._publish(sorted(keys))
+
+    def record_round(self, wall: float, reason: str) -> None:
+        self.rounds += 1
+        self.metrics.round_duration.observe(wall)
+        self.metrics.rounds.labels(reason).inc()
+
+    def advance(self, key: SourcePartition, next_offset: int) -> bool:
+        """Move a next offset forward (the destination holds more than was acknowledged: a
+        resync after a failure, or a failover); never back, and never past a hole (the tail is
+        past records the destination lacks). True if it moved."""
+        with self._lock:
+            row = self._rows[key]
+            if next_offset <= row.next_offset or row.pinned_at is not None:
+                return False
+            self._rows[key] = replace(row, next_offset=next_offset)
+        self._publish([key])
+        return True
+
+    def next_offsets(self) -> dict[SourcePartition, int]:
+        with self._lock:
+            return {key: row.next_offset for key, row in self._rows.items()}
+
+    def rows(self) -> dict[SourcePartition, PartitionRow]:
+        with self._lock:
+            return dict(self._rows)
+
+    def observe_nodes(self, views: list[NodeView], active: str) -> None:
+        """Health-check answers: the active node's end offsets keep the lag current."""
+        self.nodes, self.active_node = views, active
+        with self._lock:
+            for view in views:
+                if view.name != active or not view.up:
+                    continue
+                for key, end in view.ends.items():
+                    if key in self._rows:
+                        row = self._rows[key]
+                        self._rows[key] = replace(row, end=max(row.end or 0, end))
+        self._publish(list(self._rows))
+
+    def _publish(self, keys: Sequence[SourcePartition]) -> None:
+        with self._lock:
+            owned = self.owned
+            rows = [
+                self._rows[k] for k in keys if k in self._rows and (owned is None or k in owned)
+            ]
+        for row in rows:
+            labels = (row.route.topic, str(row.route.partition))
+            self.metrics.next_offset.labels(*labels).set(row.next_offset)
+            if row.lag is not None:
+                self.metrics.lag.labels(*labels).set(row.lag)
+            self._publish_waiting(row, labels)
+
+    def _publish_waiting(self, row: PartitionRow, labels: tuple[str, str]) -> None:
+        """One series per reason a partition ever waited for; 0 once it no longer waits."""
+        for reason in WAIT_REASONS:
+            seconds = row.waiting[1] if row.waiting and row.waiting[0] == reason else 0.0
+            if seconds or (labels, reason) in self._waited:
+                if (labels, reason) not in self._waited:
+                    self._waited.add((labels, reason))
+                    log.info(
+                        "restore topic=%s partition=%s waits for %s",
+                        *labels,
+                        WAIT_REASONS[reason],
+                    )
+                self.metrics.restore_waiting.labels(*labels, reason).set(seconds)
+
+    def snapshot(self) -> Snapshot:
+        now = self.clock()
+        with self._lock:
+            owned, members = self.owned, self.members
+            rows = tuple(
+                replace(
+                    row,
+                    rate=row.rate if now - row.rate_at < RATE_STALE else 0.0,
+                    owned=owned is None or key in owned,
+                )
+                for key, row in sorted(self._rows.items())
+            )
+        return Snapshot(
+            rows=rows,
+            active_node=self.active_node,
+            relayed=sum(r.relayed for r in rows),
+            filtered=sum(r.filtered for r in rows),
+            elapsed=now - self.started,
+            stop_at_end=self.stop_at_end,
+            members=members,
+        )
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        """200 while progressing or idle at the end of the topics; 503 when stuck or blind."""
+        snap = self.snapshot()
+        idle_for = self.clock() - self.last_progress
+        detail: dict[str, object] = {
+            "lag": snap.lag,
+            "relayed": snap.relayed,
+            "active_node": snap.active_node,
+            "seconds_since_progress": round(idle_for, 1),
+            "owned_partitions": len(snap.owned),
+            "group_members": snap.members,
+        }
+        waiting = {topic: WAIT_REASONS["empty"] for topic in self.waiting_topics}
+        for row in snap.owned:
+            if row.waiting is not None:
+                where = f"{row.route.topic}[{row.route.partition}]"
+                waiting[where] = WAIT_REASONS[row.waiting[0]]
+        if waiting:  # a state to wait in (restore --follow), not a fault
+            detail["waiting"] = waiting
+        if self.nodes and not any(view.up for view in self.nodes):
+            down = ", ".join(f"{v.name}: {v.error}" for v in self.nodes)
+            return False, {**detail, "reason": f"no source node reachable ({down})"}
+        if snap.lag > 0 and idle_for > self.stuck_after:
+            reason = f"no progress for {idle_for:.0f}s with lag {snap.lag}"
+            return False, {**detail, "reason": reason}
+        return True, detail
+
+
+def _count_delta(
+    now: tuple[tuple[str, int], ...], before: tuple[tuple[str, int], ...]
+) -> dict[str, int]:
+    old = dict(before)
+    return {name: count - old.get(name, 0) for name, count in now if count > old.get(name, 0)}

@@ -1,0 +1,26 @@
+"""How a task's reading and writing fail: the kinds the loop tells apart when it reports an
+error to the driver (which side failed, and whether records landed after the failed ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SourceFailure(Exception):
+    """Reading the source (a cluster or the store) failed; wraps the error."""
+
+    key: Any = None
+
+
+class TargetFailure(Exception):
+    """Writing failed; wraps the error. `hole`: records of the partition written after the
+    failed ones were acknowledged, so the destination's tail is past records it lacks."""
+
+    def __init__(self, message: str, key: Any = None, hole: bool = False):
+        super().__init__(message)
+        self.key = key
+        self.hole = hole
+
+
+class DeliveryFailure(TargetFailure):
+    """The destination refused or never acknowledged records; the message names them."""

@@ -1,0 +1,204 @@
+"""The executor side: one task moves a group of partitions until the driver stops it.
+
+read (one reader for the group) -> filters -> write -> once durable, the offset is done ->
+report progress to the driver (relay.engine.channel) -> obey "stop". The same loop serves the three
+pipelines (each pipeline's `Sides` says where records come from and go to):
+
+- relay: Kafka -> Kafka (durable = acks=all)
+- backup: Kafka -> store segments (durable = the segment written under its final name)
+- restore: store segments -> Kafka
+
+A task never raises: it reports what is durable and what went wrong, and the driver decides
+(retry, fail over, stop). It ends when the driver says stop, when every partition reached its
+stop offset, on an error, or when the driver's lease runs out (it stops writing rather than
+write unsupervised).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from relay.clients.settings import is_retriable
+from relay.engine.channel import ChannelClient
+from relay.engine.executor.failures import DeliveryFailure, SourceFailure, TargetFailure
+from relay.engine.executor.partition import PartitionState
+from relay.engine.executor.sides import Sides
+from relay.filters import FilterRuntimeError, cached_filters
+from relay.spec import GroupResult, TaskError, TaskSpec
+
+log = logging.getLogger(__name__)
+
+EMPTY_POLL_WAIT = 0.2  # seconds a poll may wait; bounds how late "stop" is noticed
+COMMIT_INTERVAL = 1.0  # seconds between source group commits of durable offsets
+
+
+def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) -> GroupResult:
+    """Move a group of partitions with the pipeline's `sides`, made from the task spec;
+    always returns a result, never raises."""
+    started = time.monotonic()
+    hello = {"round": task.round_id, "task": task.task_id, "attempt": attempt, "pid": os.getpid()}
+    try:
+        channel = ChannelClient(task.channel, hello)
+    except OSError as exc:
+        # Without the channel the driver could not stop this task: do nothing at all.
+        lost = TaskError("channel", f"cannot reach the driver: {exc}", retriable=True)
+        return GroupResult(task.round_id, task.task_id, attempt, (), lost, 0.0, os.getpid())
+    try:
+        run = GroupRun(task, attempt, channel, sides(task))
+        error = run.execute()
+        result = run.result(error, time.monotonic() - started)
+        channel.report(result, final=True)
+        return result
+    finally:
+        channel.close()
+
+
+class GroupRun:
+    """The state of one task attempt."""
+
+    def __init__(self, task: TaskSpec, attempt: int, channel: ChannelClient, sides: Sides):
+        self.task, self.attempt, self.channel, self.sides = task, attempt, channel, sides
+        self.parts: dict[tuple[str, int], PartitionState] = {}
+        self.latencies: list[float] = []
+        self.reader: Any = None
+
+    def execute(self) -> TaskError | None:
+        error: TaskError | None = None
+        try:
+            works = self.sides.works(self.attempt)
+            specs = getattr(self.task, "filters", ())
+            filters = cached_filters(specs) if specs else []
+            skip = {spec.id for spec in specs if spec.on_error == "skip"}
+            self.reader = self.sides.reader()
+            self.parts = {
+                w.route.key: PartitionState(w, self.sides.writer(w, self.latencies), filters, skip)
+                for w in works
+            }
+            self.reader.assign({k: p.processed_to for k, p in self.parts.items()})
+            self._pump()
+        except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
+            error = _error(exc)
+        if self.channel.lost:
+            # No lease (the driver is gone or lost its right to these partitions): nothing
+            # more may be written, not even what a producer holds unsent. Only what is durable
+            # counts; the next owner reads where things stand.
+            self.sides.abandon()
+            for part in self.parts.values():
+                part.acked_next = part.writer.done_up_to(part.processed_to)
+            error = error or TaskError("channel", self.channel.reason, retriable=True)
+        else:
+            error = error or self._settle()
+        self._commit(final=True)
+        if error is not None:
+            self.sides.evict(error.kind)
+        return error
+
+    def _pump(self) -> None:
+        next_report = next_commit = time.monotonic()
+        while not self.channel.should_stop:
+            now = time.monotonic()
+            active = [p for p in self.parts.values() if not p.reached_stop]
+            if not active:
+                if all(p.settled(now) for p in self.parts.values()):
+                    return
+                self.sides.flush(EMPTY_POLL_WAIT)
+            else:
+                self._step(active)
+            now = time.monotonic()
+            if now >= next_report:
+                self.channel.report(self.result(None, 0.0))
+                next_report = now + self.task.report_interval
+            if now >= next_commit:
+                self._commit()
+                next_commit = now + COMMIT_INTERVAL
+
+    def _step(self, active: list[PartitionState]) -> None:
+        try:
+            batch = self.reader.poll(EMPTY_POLL_WAIT)
+            positions = self.reader.positions([p.key for p in active])
+        except Exception as exc:
+            raise SourceFailure(f"{type(exc).__name__}: {exc}") from exc
+        now = time.monotonic()
+        for part in active:
+            records = batch.get(part.key)
+            if records:
+                if self.channel.should_stop:  # the lease may have run out during the poll
+                    return
+                part.handle(records)
+            part.advance(positions[part.key])
+            if part.reached_stop:
+                self.reader.pause(part.key)
+            part.collect_acks(now)
+
+    def _settle(self) -> TaskError | None:
+        """Wait (bounded) for everything written to be durable; the first record that is not
+        bounds what counts as done in its partition."""
+        if any(p.writer.flush_needed() for p in self.parts.values()):
+            self.sides.flush(None)
+        error = None
+        for part in self.parts.values():
+            failure = part.settle()
+            if failure is not None and error is None:
+                if isinstance(failure, DeliveryFailure):
+                    error = _error(failure)
+                else:
+                    error = _error(TargetFailure(str(failure), part.key), failure)
+        return error
+
+    def _commit(self, final: bool = False) -> None:
+        """Best effort: the destination (provenance headers, or the store), not this commit,
+        is the truth. While running, commits do not wait (a dead source node must not stall
+        the loop); the last one waits, briefly."""
+        moved = {k: p.acked_next for k, p in self.parts.items() if p.acked_next > p.committed}
+        if self.reader is None or not moved:
+            return
+
+        def done() -> None:
+            for key, offset in moved.items():
+                part = self.parts[key]
+                part.committed = max(part.committed, offset)
+
+        try:
+            if not final:
+                self.reader.commit_async(moved, done)
+                return
+            self.reader.commit(moved)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("commit failed (%d partitions): %s", len(moved), exc)
+            return
+        done()
+
+    def result(self, error: TaskError | None, elapsed: float) -> GroupResult:
+        samples, self.latencies[:] = list(self.latencies), []
+        return GroupResult(
+            round_id=self.task.round_id,
+            task_id=self.task.task_id,
+            attempt=self.attempt,
+            partitions=tuple(p.progress(self.reader) for p in self.parts.values()),
+            error=error,
+            elapsed=elapsed,
+            worker_pid=os.getpid(),
+            latencies=tuple(samples),
+        )
+
+
+def _error(exc: BaseException, cause: BaseException | None = None) -> TaskError:
+    """What went wrong, for the driver: which side, whether a retry can help, where."""
+    key = getattr(exc, "key", None)
+    if isinstance(exc, DeliveryFailure):  # its message names the records already
+        return TaskError("target", str(exc), is_retriable(exc.__cause__ or exc), key)
+    if isinstance(exc, SourceFailure):
+        kind, cause = "source", cause or exc.__cause__ or exc
+    elif isinstance(exc, TargetFailure):
+        kind, cause = "target", cause or exc.__cause__ or exc
+    elif isinstance(exc, FilterRuntimeError):
+        return TaskError("filter", str(exc), False, key)
+    else:
+        kind, cause = "internal", exc
+    message = f"{type(cause).__name__}: {cause}"
+    retriable = kind in ("source", "target") and is_retriable(cause)
+    return TaskError(kind, message, retriable, key)

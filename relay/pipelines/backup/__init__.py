@@ -1,0 +1,1 @@
+"""ktm backup: Kafka partitions into store segments, resumed from the store."""

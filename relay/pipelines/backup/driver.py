@@ -1,0 +1,197 @@
+"""The backup pipeline: Kafka partitions into store segments, resumed from the store.
+
+The store is the truth: each partition resumes at its last segment's next offset (a kill -9 at
+any moment leaves no overlap and no hole, since a segment appears only when complete). Source
+group offsets are committed only for offsets in written segments (or dropped by a filter).
+
+Processes on one config coordinate through a group on the source cluster (backup has no target
+cluster): in failover mode on the first node that answers at start-up.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from relay.clients import admin
+from relay.config import Config
+from relay.engine.pipeline import REPORT_INTERVAL, Plan
+from relay.errors import KafkaSetupError
+from relay.pipelines.backup.executor import BackupSides
+from relay.pipelines.sources import FromSources
+from relay.resume import Delivered, source_offsets
+from relay.spec import BackupTask, ChannelAddress, PartitionRoute, PartitionWork, SourcePartition
+from relay.store import group_snapshot_path
+from relay.store.configured import store_of
+
+log = logging.getLogger(__name__)
+
+
+class BackupPipeline(FromSources):
+    kind = "backup"
+    sides = BackupSides
+
+    def __init__(self, cfg: Config, **kwargs: Any):
+        super().__init__(cfg, **kwargs)
+        self.store_cfg = cfg.need_store()
+        self.store = store_of(self.store_cfg)
+        self.coordinator = cfg.sources[0]
+        self.group_topics: Sequence[str] = sorted({r.source for r in cfg.topics})
+        self.routes: list[PartitionRoute] = []
+        self._snapshot_at = 0.0
+
+    def plan(
+        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
+    ) -> Plan:
+        self.startup.call("store", self.store.check, self.store.describe())
+        names = [r.source for r in self.cfg.topics]
+        counts = self.startup.call("source", lambda: self._counts(names))
+        self.routes = [
+            PartitionRoute(t.source, p, t.source, p)
+            for t in self.cfg.topics
+            for p in range(self._count(counts, t.source))
+        ]
+        if on_routes is not None:
+            on_routes(self.routes)
+        self.startup.call("store", lambda: self._describe_topics(counts), self.store.describe())
+        stored = self.startup.call("store", lambda: self.where(self.routes), self.store.describe())
+        self.startup.call("source", lambda: self.pool.start([r.key for r in self.routes], stored))
+        source = self.pool.active
+        offsets = self.startup.call(
+            "source", lambda: source_offsets(source, self.routes, self.timeout)
+        )
+        nexts = {}
+        for route in self.routes:
+            nexts[route.key] = self._resume(route.key, stored.get(route.key), offsets)
+        stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
+        return Plan(self.routes, nexts, dict(offsets.end), stops)
+
+    def _describe_topics(self, counts: dict[str, int]) -> None:
+        """Tell a restore following this store every partition, before each has a segment."""
+        for topic in sorted({t.source for t in self.cfg.topics}):
+            count = self._count(counts, topic)
+            self.store.write_partition_count(self.store_cfg.cluster, topic, count)
+
+    def _counts(self, names: list[str]) -> dict[str, int]:
+        """Partition counts from the first node that answers; that node hosts the group."""
+        for node in self.pool.nodes:
+            try:
+                counts = admin.partition_counts(node, names, self.timeout)
+            except Exception as exc:  # noqa: BLE001 - the next node, or the pool's error below
+                log.debug("source node %s: %s", node.name, exc)
+                continue
+            self.coordinator = node
+            return counts
+        return self.pool.partition_counts(names, self.timeout)
+
+    def _count(self, counts: dict[str, int], topic: str) -> int:
+        if topic not in counts:
+            raise KafkaSetupError(
+                f"[topics].{topic}: source topic {topic!r} does not exist on "
+                f"{self.pool.describe_all()}"
+            )
+        return counts[topic]
+
+    def _resume(self, key: SourcePartition, stored: int | None, offsets: Any) -> int:
+        """After the last segment; from the log's start when the store has nothing yet."""
+        begin, end = offsets.begin[key], offsets.end[key]
+        if stored is None:
+            log.info("backup topic=%s partition=%s from the beginning (%s)", key[0], key[1], begin)
+            return begin
+        if stored > end:
+            raise KafkaSetupError(
+                f"{key[0]}[{key[1]}]: the store holds offsets up to {stored} but the source ends "
+                f"at {end}; was the source topic recreated? Use another [store].cluster."
+            )
+        if stored < begin:
+            log.warning(
+                "backup topic=%s partition=%s: offsets %s-%s were deleted from the source before "
+                "they were backed up",
+                key[0],
+                key[1],
+                stored,
+                begin - 1,
+            )
+            return begin
+        log.info("backup topic=%s partition=%s next_offset=%s (store)", key[0], key[1], stored)
+        return stored
+
+    def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
+        """Each partition's next offset in the store (its last segment's)."""
+        found = {}
+        for route in routes:
+            nxt = self.store.next_offset(self.store_cfg.cluster, route.topic, route.partition)
+            if nxt is not None:
+                found[route.key] = nxt
+        return found
+
+    def adopt(self, routes: Sequence[PartitionRoute]) -> None:
+        """Leftovers of a crashed write (temporary files of a directory store) go, now that no
+        other process writes these partitions."""
+        for route in routes:
+            removed = self.store.clean_leftovers(
+                self.store_cfg.cluster, route.topic, route.partition
+            )
+            if removed:
+                log.info(
+                    "removed %d leftover file(s) of %s[%s]", removed, route.topic, route.partition
+                )
+
+    def task(
+        self, round_id: int, task_id: int, works: tuple[PartitionWork, ...], channel: ChannelAddress
+    ) -> BackupTask:
+        return BackupTask(
+            round_id=round_id,
+            task_id=task_id,
+            source=self.pool.active,
+            store=self.store_cfg,
+            partitions=works,
+            group_id=self.cfg.app.group_id,
+            channel=channel,
+            report_interval=REPORT_INTERVAL,
+            filters=self.filters,
+        )
+
+    def last_delivered(self) -> dict[SourcePartition, Delivered]:
+        """The last record backed up of each partition (read from its last segment), to check
+        that a new node holds the same record at that offset."""
+        found = {}
+        for route in self.routes:
+            refs = self.store.list_segments(self.store_cfg.cluster, route.topic, route.partition)
+            if not refs:
+                continue
+            ref = max(refs, key=lambda r: (r.last, r.level))
+            last = collections.deque(self.store.read_records(ref), maxlen=1)
+            if last:
+                found[route.key] = Delivered(last[0].offset + 1, last[0])
+        return found
+
+    def tick(self) -> None:
+        """Snapshot the committed offsets of `[store].groups` every max_segment_age."""
+        now = time.monotonic()
+        if self.store_cfg.groups and now - self._snapshot_at >= self.store_cfg.max_segment_age:
+            self._snapshot_at = now
+            self.snapshot_groups()
+
+    def snapshot_groups(self) -> None:
+        keys = [r.key for r in self.routes]
+        for group in self.store_cfg.groups:
+            try:
+                committed = admin.committed_offsets(self.pool.active, group, keys, self.timeout)
+                offsets: dict[str, dict[str, int]] = {}
+                for (topic, partition), offset in sorted(committed.items()):
+                    if offset is not None:
+                        offsets.setdefault(topic, {})[str(partition)] = offset
+                snapshot = {"group": group, "cluster": self.store_cfg.cluster,
+                            "taken_at_ms": int(time.time() * 1000), "offsets": offsets}  # fmt: skip
+                self.store.write_json(group_snapshot_path(self.store_cfg.cluster, group), snapshot)
+            except Exception as exc:  # noqa: BLE001 - the next snapshot tries again
+                log.warning("group %s: offsets snapshot failed: %s", group, exc)
+
+    def close(self) -> None:
+        if self.store_cfg.groups and self.routes:
+            self.snapshot_groups()
+        super().close()

@@ -1,0 +1,228 @@
+"""The write side relay and restore share: a destination Kafka partition per source partition,
+through the worker's cached producer; an offset is done once the destination acknowledged it.
+
+A writer answers one question for the task loop: up to which source offset is everything
+durable (`done_up_to`, a next offset): for Kafka, the destination's acks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from relay.batches import Origin, Rebuilt, SourceBatch, codecs, rebuild
+from relay.batches.build import DEFAULT_BUDGET
+from relay.clients.producer import TOO_LARGE, Delivery, PartitionFailed, Producer
+from relay.config import TargetConfig
+from relay.engine.executor import sides
+from relay.engine.executor.failures import DeliveryFailure, TargetFailure
+from relay.resume import destination_next_offsets
+from relay.spec import PROVENANCE_HEADER, PartitionRoute, PartitionWork, provenance_prefix
+
+MAX_LATENCY_SAMPLES = 200  # per report: enough for a histogram, small to send
+
+
+class KafkaTarget:
+    """The writing side shared by relay and restore: one cached producer per target."""
+
+    def __init__(self, target: TargetConfig, partitions: tuple[PartitionWork, ...]):
+        self.target, self.partitions = target, partitions
+
+    def producer(self) -> Producer:
+        return sides.producer(self.target)
+
+    def flush(self, timeout: float | None) -> None:
+        producer = sides.cached_producer(self.target)
+        if producer is not None:
+            limit = self.target.request_timeout * 2 + self.target.linger
+            try:
+                producer.flush(timeout=limit if timeout is None else timeout)
+            except Exception:  # noqa: BLE001 - the futures say which records failed
+                pass
+
+    def abandon(self) -> None:
+        sides.abandon_producer(self.target)
+
+    def evict(self, kind: str) -> None:
+        """Drop the producer after a failure so the next round starts from a clean connection
+        state. It is abandoned, not flushed: batches queued after a failed one would land
+        behind it, and the destination's tail would then claim records it lacks (seen: a
+        target frozen for 5 s, its queued batches flushed on close, 4,400 records lost). What
+        is already on the wire may still land; the driver re-reads the tail after a backoff,
+        and the worst a late one can cause is a duplicate."""
+        if kind in ("target", "internal", "channel"):
+            sides.abandon_producer(self.target)
+
+    def works(self, attempt: int) -> tuple[PartitionWork, ...]:
+        """Spark re-runs a task whose executor was lost, with the same spec; the lost attempt
+        may have written records after the spec's starts. Resume after what the destination
+        holds."""
+        if attempt == 0:
+            return self.partitions
+        routes = [w.route for w in self.partitions]
+        found = destination_next_offsets(
+            self.target.cluster, routes, self.target.request_timeout * 3
+        )
+        return sides.moved_forward(self.partitions, found)
+
+
+class KafkaWriter:
+    """Records to one destination partition, each stamped with its provenance; done once acked.
+
+    A failed delivery ends the task at once (the loop asks `failure()` every turn), instead of
+    leaving the partition stalled behind it until the round ends. If a later delivery of the
+    same partition was acknowledged, the destination has a hole: its tail shows later source
+    offsets than records it lacks (kafka-python expires a batch it never sent without using
+    its sequence number, so the broker accepts the next one). The task then reports the hole
+    and the driver resumes at the first unacknowledged record, not after the tail: nothing is
+    lost, and the records after the hole may arrive twice."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        route: PartitionRoute,
+        origin: Origin,
+        latencies: list[float],
+        shape: tuple[int, int] = (codecs.NONE, DEFAULT_BUDGET),
+    ):
+        self.producer, self.route, self.origin = producer, route, origin
+        self.prefix = provenance_prefix(origin.cluster, origin.topic, origin.partition)
+        self.codec, self.budget = shape  # of the destination batches the batch path builds
+        # (first source offset, record count, delivery of the run holding them, (offset, size)
+        # of the run's largest record: named if the destination refuses it as too large (None
+        # for a built batch), when it was written)
+        self.pending: deque[tuple[int, int, Delivery, tuple[int, int] | None, float]] = deque()
+        self.acked = 0  # records acknowledged
+        self.written_bytes = 0
+        self.segments = 0
+        self._latencies = latencies  # shared by the task's partitions, emptied at each report
+
+    def write(self, records: list[Any]) -> None:
+        if not records:
+            return
+        items = []
+        sizes = []
+        for r in records:
+            headers = list(r.headers) if r.headers else []
+            headers.append((PROVENANCE_HEADER, self.prefix + str(r.offset).encode()))
+            items.append((r.timestamp, r.key, r.value, headers))
+            sizes.append(len(r.value or b"") + len(r.key or b""))
+        route = self.route
+        try:
+            segments = self.producer.send_batch(route.target_topic, route.target_partition, items)
+        except Exception as exc:
+            raise self._refused(exc) from exc
+        self.written_bytes += sum(sizes)
+        index, now = 0, time.monotonic()
+        for count, future in segments:
+            big = max(range(index, index + count), key=sizes.__getitem__)
+            largest = (records[big].offset, sizes[big])
+            self.pending.append((records[index].offset, count, future, largest, now))
+            index += count
+        self._sample_latency(segments[-1][1], records[-1].timestamp)
+
+    def write_batches(
+        self,
+        batches: list[SourceBatch],
+        start: int,
+        stop: int | None,
+        drop: AbstractSet[int] = frozenset(),
+    ) -> Rebuilt:
+        """The batch path: source batches rebuilt into destination batches (the records at or
+        after `start` and before `stop`, less `drop`), each queued whole; what was rebuilt is
+        returned."""
+        rebuilt = rebuild(
+            batches, start, self.origin, self.codec, self.budget, stop=stop, drop=drop
+        )
+        if not rebuilt.batches:
+            return rebuilt
+        route = self.route
+        try:
+            deliveries = self.producer.send_built(
+                route.target_topic, route.target_partition, rebuilt.batches
+            )
+        except Exception as exc:
+            raise self._refused(exc) from exc
+        now = time.monotonic()
+        for built, delivery in zip(rebuilt.batches, deliveries, strict=True):
+            # a batch refused as too large names the batch: its records are not looked at
+            self.pending.append((built.first_offset, built.count, delivery, None, now))
+            self.written_bytes += built.records_size
+        self._sample_latency(deliveries[-1], rebuilt.batches[-1].max_timestamp)
+        return rebuilt
+
+    def _refused(self, exc: Exception) -> TargetFailure:
+        """The producer took no more records: after a failed batch of this partition, that
+        batch's failure names what went wrong (and which records)."""
+        if isinstance(exc, PartitionFailed):
+            failure = self.failure()
+            if failure is not None:
+                return failure
+        return TargetFailure(str(exc), self.route.key)
+
+    def _sample_latency(self, delivery: Delivery, timestamp_ms: int) -> None:
+        samples = self._latencies
+        if len(samples) < MAX_LATENCY_SAMPLES:
+            # Appended from the producer's I/O thread; list.append is atomic.
+            delivery.on_ack(lambda: samples.append(time.time() - timestamp_ms / 1000))
+
+    def done_up_to(self, processed_to: int) -> int:
+        """Acks come in order: the first batch not acknowledged bounds what is done."""
+        while self.pending and self.pending[0][2].acked():
+            self.acked += self.pending.popleft()[1]
+        return self.pending[0][0] if self.pending else processed_to
+
+    def failure(self) -> DeliveryFailure | None:
+        """Why the first unacknowledged run failed (None while it may still be acknowledged),
+        naming the source records it held and whether a hole followed it."""
+        if not self.pending:
+            return None
+        first, count, delivery, largest, written_at = self.pending[0]
+        error = delivery.error()
+        waited = time.monotonic() - written_at
+        if error is None and not delivery.done and waited > self.producer.ack_deadline:
+            # kafka-python expires a batch after its delivery timeout; a producer that stays
+            # stuck past twice that (Tansu refuses the epoch bump kafka-python tries after an
+            # expired batch) must not hang the partition: it is replaced after this failure.
+            error = TimeoutError(f"no acknowledgement within {waited:.0f}s")
+        if error is None:
+            return None
+        route = self.route
+        where = f"destination {route.target_topic}[{route.target_partition}]"
+        if isinstance(error, TOO_LARGE) and largest is not None:
+            what = (
+                f"record {route.topic}[{route.partition}] offset {largest[0]} ({largest[1]} "
+                f"bytes of key and value) is too large for {where}"
+            )
+        elif isinstance(error, TOO_LARGE):
+            what = (
+                f"{where} refused {route.topic}[{route.partition}] offsets from {first} "
+                f"({count} records in one batch) as too large: lower [target].batch_size, or a "
+                "record is larger than the destination allows"
+            )
+        else:
+            last = first + count - 1
+            what = f"{where} did not take {route.topic}[{route.partition}] offsets {first}-{last}"
+        hole = any(entry[2].acked() for entry in self.pending)
+        if hole:
+            what += "; later records landed, so they will be relayed again after these"
+        failure = DeliveryFailure(f"{what}: {type(error).__name__}: {error}", route.key, hole)
+        failure.__cause__ = error
+        return failure
+
+    def tick(self, processed_to: int, now: float) -> None:
+        """Nothing to do: the producer sends on its own."""
+
+    def flush_needed(self) -> bool:
+        return bool(self.pending)
+
+    def settle(self, processed_to: int) -> BaseException | None:
+        """After the producer's final flush: what is still not acknowledged is an error."""
+        self.done_up_to(processed_to)
+        if not self.pending:
+            return None
+        return self.failure() or TimeoutError(
+            f"no acknowledgement for source offset {self.pending[0][0]}"
+        )

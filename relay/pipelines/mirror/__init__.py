@@ -1,0 +1,1 @@
+"""ktm relay: Kafka to Kafka, resumed from the destination's provenance."""

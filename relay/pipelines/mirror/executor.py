@@ -1,0 +1,33 @@
+"""The relay on an executor: record batches read from the source node, rebuilt with their
+provenance and written whole to the destination (relay.pipelines.kafka_target)."""
+
+from __future__ import annotations
+
+from relay.batches import Origin, codecs
+from relay.clients.consumer import GroupReader
+from relay.engine.executor.sides import evict_reader, source_reader
+from relay.pipelines.kafka_target import KafkaTarget, KafkaWriter
+from relay.spec import GroupTask, PartitionWork
+
+
+class RelaySides(KafkaTarget):
+    """Relay reads record batches and writes them rebuilt (the batch path; filters see records
+    decoded from the batches), unless kafka-python's internals are not the ones the batch path
+    uses: then records are read, filtered and written one by one (the record path)."""
+
+    def __init__(self, task: GroupTask):
+        super().__init__(task.target, task.partitions)
+        self.task = task
+
+    def reader(self) -> GroupReader:
+        return source_reader(self.task.source, self.task.group_id, self.producer().takes_built)
+
+    def writer(self, work: PartitionWork, latencies: list[float]) -> KafkaWriter:
+        origin = Origin(self.task.source.name, work.route.topic, work.route.partition)
+        target = self.target
+        shape = (codecs.BY_NAME[target.compression], target.batch_size)
+        return KafkaWriter(self.producer(), work.route, origin, latencies, shape)
+
+    def evict(self, kind: str) -> None:
+        super().evict(kind)
+        evict_reader(self.task.source, self.task.group_id, kind)

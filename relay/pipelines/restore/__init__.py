@@ -1,0 +1,1 @@
+"""ktm restore: store segments into Kafka (and consumer-group offsets, translated)."""

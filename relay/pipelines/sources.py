@@ -1,0 +1,69 @@
+"""What the pipelines that read `[[sources]]` (relay, backup) share: the source pool, and
+failing over to another node after checking it holds what was already copied."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from relay.config import Config
+from relay.engine.driver.failover import SourcePool
+from relay.engine.driver.setup import Startup
+from relay.engine.metrics import Metrics
+from relay.filters import FilterSpec
+from relay.resume import Delivered, check_continuity
+from relay.spec import SourcePartition
+
+log = logging.getLogger(__name__)
+
+
+class FromSources:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        filters: tuple[FilterSpec, ...],
+        failover: bool,
+    ):
+        self.cfg = cfg
+        self.filters = filters
+        self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
+        self.startup = Startup(cfg, self.pool, stop_event, metrics)
+        self.timeout = self.startup.timeout
+
+    def last_delivered(self) -> dict[SourcePartition, Delivered]:
+        """The last record already copied of each partition (where a new node must agree)."""
+        raise NotImplementedError
+
+    def active_source(self) -> str:
+        return self.pool.active.name
+
+    def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:
+        """Move to another node if needed, after checking that its record at the last copied
+        offset is the one copied (the caller then resumes from where things stand)."""
+        decision = self.pool.next_switch(nexts, urgent=urgent)
+        if decision is None:
+            return False
+        new = self.pool.node(decision.node)
+        on_mismatch = self.cfg.source_pool.on_mismatch
+        check_continuity(new, self.last_delivered(), on_mismatch, self.timeout)
+        log.warning(
+            "failover from=%s to=%s reason=%s", self.pool.active.name, new.name, decision.reason
+        )
+        self.pool.switch(decision)
+        return True
+
+    def wants_switch(self, nexts: dict[SourcePartition, int]) -> bool:
+        try:
+            return self.pool.next_switch(nexts, urgent=False) is not None
+        except ConnectionError:
+            return True  # the active node is down and none can serve: end, then retry
+
+    def views(self) -> list[Any]:
+        return self.pool.views()
+
+    def close(self) -> None:
+        self.pool.close()
