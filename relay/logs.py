@@ -13,7 +13,8 @@ _NOISY = ("kafka", "py4j", "pyspark")
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            # milliseconds: a round, a failover or a stop takes less than a second
+            "ts": f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')}.{int(record.msecs):03d}",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

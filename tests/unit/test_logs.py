@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 from relay.logs import setup_logging
 
 
 def test_json_format_writes_one_object_per_line(capsys) -> None:
     setup_logging("info", fmt="json")
-    logging.getLogger("relay.driver").info("round %d: %d records", 3, 500)
+    logging.getLogger("relay.engine.driver").info("round %d: %d records", 3, 500)
     line = capsys.readouterr().err.strip()
     entry = json.loads(line)
-    assert entry["level"] == "info" and entry["logger"] == "relay.driver"
-    assert entry["msg"] == "round 3: 500 records" and "ts" in entry
+    assert entry["level"] == "info" and entry["logger"] == "relay.engine.driver"
+    assert entry["msg"] == "round 3: 500 records"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}", entry["ts"])
 
 
 def test_library_noise_stays_out_unless_debug(capsys) -> None:
