@@ -8,7 +8,7 @@ holds:
 - a destination batch whose **last record** carries a **batch-form** header (`.../a-b[,c-d]`,
   the batch path) holds exactly the source offsets that header lists; the records before it are
   never read (they may carry an earlier hop's header);
-- any other batch (the record path of older versions, restore) is read record by record: each
+- any other batch (the record path of older versions) is read record by record: each
   record's last `ktm.src` header of the record form (`.../offset`) names its own source offset.
 
 A batch is appended to a partition atomically, so the tail always ends on a record whose header
@@ -69,15 +69,6 @@ def origins(batch: SourceBatch) -> list[tuple[Provenance, Decoded]]:
         if found is not None and not found.batch:
             out.append((found, record))
     return out
-
-
-def source_of(record: Any) -> tuple[SourcePartition, int] | None:
-    """The source partition and offset of a destination record that carries the record form
-    (restore writes it on every record; `relay.pipelines.restore.translate` reads it)."""
-    found = last_provenance(getattr(record, "headers", None) or ())
-    if found is None or found.batch:
-        return None
-    return (found.topic, found.partition), found.last
 
 
 def delivered_in(

@@ -192,7 +192,9 @@ def _copy(member: _Member, origin: Origin, codec: int) -> DestBatch:
     tail = with_header(records, last, last.timestamp_delta, last.offset_delta, provenance)
     part = records[: last.start] + tail
     return DestBatch(
-        _finish(part, codec, header.record_count, header.first_timestamp, header.max_timestamp),
+        finish_batch(
+            part, codec, header.record_count, header.first_timestamp, header.max_timestamp
+        ),
         header.record_count,
         batch.base_offset,
         batch.last_offset,
@@ -202,7 +204,7 @@ def _copy(member: _Member, origin: Origin, codec: int) -> DestBatch:
     )
 
 
-def _finish(part: bytes, codec: int, count: int, first_ts: int, max_ts: int) -> bytearray:
+def finish_batch(part: bytes, codec: int, count: int, first_ts: int, max_ts: int) -> bytearray:
     if codec != codecs.NONE:
         compressed = codecs.compress(codec, part)
         if len(compressed) < len(part):
@@ -236,7 +238,7 @@ class _Rebase:
         self.frames[-1] = with_header(records, at, ts_delta, offset_delta, provenance)
         part = b"".join(self.frames)
         count = len(self.frames)
-        payload = _finish(part, codec, count, self.base_ts, self.max_ts)
+        payload = finish_batch(part, codec, count, self.base_ts, self.max_ts)
         return DestBatch(
             payload, count, self.first_offset, self.last_offset, len(part), False, self.max_ts
         )

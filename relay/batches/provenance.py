@@ -7,7 +7,8 @@ Header `ktm.src`, two forms (the rule that reads them is in `relay.resume`):
   start lies between them; every run is written `a-b`, also when a == b). The batch's i-th record
   is the i-th offset of the runs, so a source offset maps to a destination offset exactly.
 - **record**: `<cluster>/<topic>/<partition>/<offset>` on every record (the record path of
-  older versions, and restore): the record's own source offset.
+  older versions, and the fallback when the batch path is unavailable): the record's own source
+  offset.
 
 The cluster is ktm's name for the source in its config. Topic names cannot hold '/'; the cluster
 is split off from the right so that it may.

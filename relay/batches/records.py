@@ -129,3 +129,19 @@ def decode_batch(batch: SourceBatch, last_only: bool = False) -> list[Decoded]:
         out.append(decode_at(records, at, header.base_offset, ts))
         pos = at.end
     return out
+
+
+def record_offsets(batch: SourceBatch) -> list[int]:
+    """The offsets of a batch's records (only their length and offset varints are read when
+    compaction left gaps inside it)."""
+    header = batch.header
+    if batch.is_control:
+        return []
+    if batch.contiguous:
+        return list(range(header.base_offset, header.base_offset + header.record_count))
+    records, pos, out = batch.records(), 0, []
+    for _ in range(header.record_count):
+        at = parse_at(records, pos)
+        out.append(header.base_offset + at.offset_delta)
+        pos = at.end
+    return out

@@ -12,7 +12,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -275,61 +275,6 @@ def create_topics(cluster: ClusterConfig, topics: dict[str, int], timeout: float
             return
         time.sleep(0.1)
     raise TimeoutError(f"topics {', '.join(sorted(topics))} did not appear within {timeout:g}s")
-
-
-def first_record_at_or_after(
-    cluster: ClusterConfig,
-    dest: TP,
-    origin: Callable[[Any], tuple[TP, int] | None],
-    source: TP,
-    source_offset: int,
-    timeout: float,
-) -> int:
-    """The destination offset of the first record from `source` (per `origin`, the provenance
-    reader) whose source offset is >= `source_offset`; the partition's end if there is none.
-
-    Records of one source partition sit in the destination in source-offset order, so this is
-    a binary search: a few reads of single records, not a scan of the partition.
-    """
-    tp = TopicPartition(*dest)
-    with probe_consumer(cluster, timeout) as consumer:
-        begin = consumer.beginning_offsets([tp], timeout_ms=int(timeout * 1000))
-        low, high = begin[tp], real_end_offsets(consumer, [tp], begin, timeout)[tp]
-        while low < high:
-            middle = (low + high) // 2
-            found = _first_from(consumer, tp, middle, high, origin, source, timeout)
-            if found is None:
-                high = middle  # no record of `source` in [middle, high)
-            elif found[1] >= source_offset:
-                high = found[0]
-            else:
-                low = found[0] + 1
-        return low
-
-
-def _first_from(
-    consumer: KafkaConsumer,
-    tp: TopicPartition,
-    lower: int,
-    upper: int,
-    origin: Callable[[Any], tuple[TP, int] | None],
-    source: TP,
-    timeout: float,
-) -> tuple[int, int] | None:
-    """(destination offset, source offset) of the first record from `source` in [lower, upper)."""
-    consumer.assign([tp])
-    consumer.seek(tp, lower)
-    deadline = time.monotonic() + timeout
-    while consumer.position(tp) < upper:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"reading {tp.topic}[{tp.partition}] from {lower} timed out")
-        for record in consumer.poll(timeout_ms=200, max_records=500).get(tp, []):
-            if record.offset >= upper:
-                return None
-            found = origin(record)
-            if found is not None and found[0] == source:
-                return record.offset, found[1]
-    return None
 
 
 def commit_group(

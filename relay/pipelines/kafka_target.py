@@ -12,8 +12,9 @@ from collections import deque
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from relay.batches import Origin, Rebuilt, SourceBatch, codecs, rebuild
+from relay.batches import DestBatch, Origin, SourceBatch, codecs, rebuild
 from relay.batches.build import DEFAULT_BUDGET
+from relay.batches.encode import encode_records
 from relay.clients.producer import TOO_LARGE, Delivery, PartitionFailed, Producer
 from relay.config import TargetConfig
 from relay.engine.executor import sides
@@ -100,7 +101,14 @@ class KafkaWriter:
         self._latencies = latencies  # shared by the task's partitions, emptied at each report
 
     def write(self, records: list[Any]) -> None:
+        """Records one by one (restore; the relay only when the batch path is unavailable):
+        framed into destination batches here, the last record of each carrying the batch's
+        provenance, when the producer takes built batches; else handed to kafka-python's
+        producer, each record with its own provenance header."""
         if not records:
+            return
+        if self.producer.takes_built:
+            self._queue(encode_records(records, self.origin, self.codec, self.budget))
             return
         items = []
         sizes = []
@@ -129,29 +137,32 @@ class KafkaWriter:
         start: int,
         stop: int | None,
         drop: AbstractSet[int] = frozenset(),
-    ) -> Rebuilt:
+    ) -> tuple[int, int]:
         """The batch path: source batches rebuilt into destination batches (the records at or
-        after `start` and before `stop`, less `drop`), each queued whole; what was rebuilt is
-        returned."""
+        after `start` and before `stop`, less `drop`), each queued whole; returns how many
+        records were queued and the next offset to fetch."""
         rebuilt = rebuild(
             batches, start, self.origin, self.codec, self.budget, stop=stop, drop=drop
         )
-        if not rebuilt.batches:
-            return rebuilt
+        if rebuilt.batches:
+            self._queue(rebuilt.batches)
+        return sum(built.count for built in rebuilt.batches), rebuilt.next_offset
+
+    def _queue(self, batches: list[DestBatch]) -> None:
+        """Built batches to the producer, each whole; each one's delivery is awaited."""
         route = self.route
         try:
             deliveries = self.producer.send_built(
-                route.target_topic, route.target_partition, rebuilt.batches
+                route.target_topic, route.target_partition, batches
             )
         except Exception as exc:
             raise self._refused(exc) from exc
         now = time.monotonic()
-        for built, delivery in zip(rebuilt.batches, deliveries, strict=True):
+        for built, delivery in zip(batches, deliveries, strict=True):
             # a batch refused as too large names the batch: its records are not looked at
             self.pending.append((built.first_offset, built.count, delivery, None, now))
             self.written_bytes += built.records_size
-        self._sample_latency(deliveries[-1], rebuilt.batches[-1].max_timestamp)
-        return rebuilt
+        self._sample_latency(deliveries[-1], batches[-1].max_timestamp)
 
     def _refused(self, exc: Exception) -> TargetFailure:
         """The producer took no more records: after a failed batch of this partition, that

@@ -149,10 +149,12 @@ def test_a_batch_expired_unsent_stops_its_partition_so_no_hole_can_form(target_b
         ClusterConfig("target", (target_broker.bootstrap,)), linger=30.0, batch_size=256
     )
     producer = Producer(cfg)
-    writer = KafkaWriter(producer, PartitionRoute("src", 3, topic, 0), Origin("c", "src", 3), [])
-    other = KafkaWriter(producer, PartitionRoute("src", 4, topic, 1), Origin("c", "src", 4), [])
+    shape = (0, 256)  # uncompressed batches of 256 bytes, built by the writer
+    route, other_route = PartitionRoute("src", 3, topic, 0), PartitionRoute("src", 4, topic, 1)
+    writer = KafkaWriter(producer, route, Origin("c", "src", 3), [], shape)
+    other = KafkaWriter(producer, other_route, Origin("c", "src", 4), [], shape)
     try:
-        writer.write([Offset(o) for o in range(100, 120)])  # several batches (256 bytes each)
+        writer.write([Offset(o) for o in range(100, 120)])  # several batches
         assert len(writer.pending) > 1
         acc = producer._producer._accumulator
         tp = writer.pending[0][2]._future.topic_partition

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from relay.batches import Origin, Provenance, parse_provenance, rebuild, split_batches
-from relay.batches.records import decode_batch
 from relay.config import TopicRoute
 from relay.engine.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
-from relay.resume import choose_start, delivered_in, origins, source_of
+from relay.resume import choose_start, delivered_in, origins
 from relay.spec import PROVENANCE_HEADER as HEADER
 from relay.spec import PartitionRoute, provenance_prefix
+from relay.translation import copies_in
 from tests.support.batches import T0, Rec, make_batch, recs
 
 
@@ -130,8 +130,22 @@ def test_older_record_form_batches_then_batch_form_resume_after_the_last() -> No
     newer = _batch_form(recs(3, 4), 3, at=3)
     assert _nexts([older], {("a", 0)}) == {("a", 0): 3}
     assert _nexts([older, newer], {("a", 0)}) == {("a", 0): 7}
-    assert source_of(decode_batch(older)[1]) == (("a", 0), 1)
-    assert source_of(decode_batch(newer)[-1]) is None  # the record form only
+    # each copy's destination offset beside its source offset, in either form
+    assert copies_in(older, ("a", 0)) == [(0, 0), (1, 1), (2, 2)]
+    assert copies_in(newer, ("a", 0)) == [(3, 3), (4, 4), (5, 5), (6, 6)]
+    assert copies_in(newer, ("a", 1)) == []
+
+
+def test_copies_in_a_batch_follow_its_runs_past_gaps() -> None:
+    # a filter dropped 12 and 13 (source batch 10..17, the relay restarted at 11)
+    source = recs(10, 8)
+    (built,) = rebuild(
+        split_batches(make_batch(source))[0], 11, Origin("src", "a", 0), drop={12, 13}
+    ).batches
+    payload = bytearray(built.payload)
+    struct.pack_into(">q", payload, 0, 500)
+    batch = split_batches(payload)[0][0]
+    assert copies_in(batch, ("a", 0)) == [(500, 11), (501, 14), (502, 15), (503, 16), (504, 17)]
 
 
 def test_choose_start_prefers_the_latest_safe_point() -> None:

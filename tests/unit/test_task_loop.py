@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relay.batches import Origin
+from relay.batches import Origin, split_batches
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
 from relay.engine.executor.task import GroupRun
 from relay.filters import FilterSpec
@@ -16,6 +16,7 @@ from relay.pipelines.backup.executor import SegmentWriter
 from relay.pipelines.kafka_target import KafkaWriter
 from relay.spec import ChannelAddress, GroupTask, PartitionRoute, PartitionWork
 from relay.store import ChainLink, open_store, plan_chain
+from tests.support.batches import control_batch, make_batch, recs
 
 
 @dataclass
@@ -104,6 +105,7 @@ class FakeDelivery:
 class FakeProducer:
     def __init__(self, fail_from: int | None = None):
         self.fail_from = fail_from
+        self.takes_built = False  # the record path: kafka-python frames the records
         self.sent: list[Any] = []
 
     def send_batch(self, topic: str, partition: int, items: list[Any]) -> list[Any]:
@@ -215,8 +217,12 @@ def test_backup_segments_close_at_their_limit_and_chain_past_dropped_records(
     route = ROUTES[0]
     # Offsets 0-2 were dropped by a filter in an earlier run: the chain starts at 0 anyway.
     writer = SegmentWriter(store, store_cfg, route, chain_start=0)
-    writer.write([Rec(offset=o) for o in range(3, 12)])  # 3-6 and 7-10 close at 4 records
-    writer.settle(processed_to=13)  # 11, then a gap up to 12 (a transaction marker)
+    # 3-6 and 7-10 close at 4 records (a segment ends mid-batch); 11, then a transaction
+    # marker at 12
+    data = make_batch(recs(1, 5)) + make_batch(recs(6, 6)) + control_batch(12)
+    batches, _ = split_batches(data)
+    assert writer.write_batches(batches, 3, None, frozenset()) == (9, 13)
+    writer.settle(processed_to=13)
     refs = store.list_segments("src", "t", 0)
     links = [ChainLink.of(ref, store.read_meta(ref)) for ref in refs]
     assert [(link.start, link.first, link.last, link.next_offset) for link in links] == [
@@ -255,3 +261,30 @@ def test_a_failed_run_followed_by_an_acknowledged_one_is_a_hole_the_task_reports
     assert "offsets 3-5" in str(failure) and getattr(failure, "hole", False)
     progress = part.progress(None)
     assert progress.next_offset == 3 and progress.hole  # the driver resumes exactly here
+
+
+def test_backup_decodes_batches_into_segments_as_stored(tmp_path: Path) -> None:
+    """What a segment holds is what the source's batches hold: keys, values, headers (a None
+    value kept), create times, or the batch's append time with its type; a filter's rejected
+    offsets and everything from the stop offset on are left out; a compressed batch reads the
+    same."""
+    store_cfg = StoreConfig(url=str(tmp_path), cluster="src")
+    store = open_store(str(tmp_path))
+    writer = SegmentWriter(store, store_cfg, ROUTES[0], chain_start=0)
+    created, appended = recs(0, 4), recs(4, 4)
+    data = make_batch(created, "zstd") + make_batch(appended, attributes=0x08)  # LogAppendTime
+    batches, _ = split_batches(data)
+    assert writer.write_batches(batches, 0, 7, frozenset({1})) == (6, 7)
+    writer.settle(processed_to=7)
+    (ref,) = store.list_segments("src", "t", 0)
+    stored = list(store.read_records(ref))
+    append_time = appended[-1].timestamp  # the batch's max timestamp
+    expected = [
+        (r.offset, r.timestamp, 0, r.key, r.value, r.headers) for r in created if r.offset != 1
+    ]
+    expected += [(r.offset, append_time, 1, r.key, r.value, r.headers) for r in appended[:3]]
+    got = [
+        (s.offset, s.timestamp, s.timestamp_type, s.key, s.value, list(s.headers)) for s in stored
+    ]
+    assert got == expected
+    assert store.read_meta(ref).next_offset == 7

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from relay.batches import SourceBatch
 from relay.batches.records import decode_batch
-from relay.engine.executor.sides import BatchWriter, Writer
+from relay.engine.executor.sides import BatchWriter, RecordWriter, Writer
 from relay.filters import FilterRecord, FilterRuntimeError, apply_filters
 from relay.spec import PartitionProgress, PartitionWork
 
@@ -49,14 +49,15 @@ class PartitionState:
         handled_to = records[-1].offset + 1
         if self._filters:
             records = self._allowed(records)
-        self.writer.write(records)
+        cast(RecordWriter, self.writer).write(records)
         self.processed_to = max(self.processed_to, handled_to)
 
     def _handle_batches(self, batches: list[SourceBatch]) -> None:
-        """The batches are rebuilt and written whole, from the first offset not handled yet (a
-        fetch may start inside a batch) up to the stop offset. Filters see each record, decoded
-        from the batch; a rejected one is left out of the rebuilt batch. If a filter fails
-        (on_error = "stop"), the records before the failing one are still written."""
+        """The batches are written (rebuilt whole for Kafka, decoded into columns for the store),
+        from the first offset not handled yet (a fetch may start inside a batch) up to the stop
+        offset. Filters see each record, decoded from the batch; a rejected one is left out. If
+        a filter fails (on_error = "stop"), the records before the failing one are still
+        written."""
         writer = cast(BatchWriter, self.writer)  # only a batch-writing side reads batches
         start, stop = self.processed_to, self.stop
         drop: set[int] = set()
@@ -66,10 +67,10 @@ class PartitionState:
             if failed_at is not None:
                 failure, stop = failed_at
             self.consumed += seen
-        rebuilt = writer.write_batches(batches, start, stop, drop)
+        written, next_offset = writer.write_batches(batches, start, stop, drop)
         if not self._filters:
-            self.consumed += sum(built.count for built in rebuilt.batches)
-        self.processed_to = max(self.processed_to, rebuilt.next_offset)
+            self.consumed += written
+        self.processed_to = max(self.processed_to, next_offset)
         if failure is not None:
             raise failure
 
@@ -116,7 +117,7 @@ class PartitionState:
                 if not self._rejected(record):
                     allowed.append(record)
             except FilterRuntimeError as exc:
-                self.writer.write(allowed)
+                cast(RecordWriter, self.writer).write(allowed)
                 self.processed_to = record.offset
                 exc.key = self.key  # type: ignore[attr-defined]
                 raise

@@ -16,7 +16,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any, Protocol
 
-from relay.batches import Rebuilt, SourceBatch
+from relay.batches import SourceBatch
 from relay.clients.batch_reader import BatchReader
 from relay.clients.consumer import GroupReader
 from relay.clients.producer import Producer
@@ -39,7 +39,6 @@ class Writer(Protocol):
     written_bytes: int
     segments: int
 
-    def write(self, records: list[Any]) -> None: ...
     def done_up_to(self, processed_to: int) -> int: ...
     def failure(self) -> TargetFailure | None: ...
     def tick(self, processed_to: int, now: float) -> None: ...
@@ -47,12 +46,20 @@ class Writer(Protocol):
     def settle(self, processed_to: int) -> BaseException | None: ...
 
 
+class RecordWriter(Writer, Protocol):
+    """A writer of records one by one (the record path: restore, and the relay's fallback)."""
+
+    def write(self, records: list[Any]) -> None: ...
+
+
 class BatchWriter(Writer, Protocol):
-    """A writer that also takes whole record batches (the relay's batch path)."""
+    """A writer of record batches (the batch path: relay and backup): the records at or after
+    `start` and before `stop`, less `drop`; returns how many it wrote and the next offset to
+    fetch (past transaction markers and offset gaps)."""
 
     def write_batches(
         self, batches: list[SourceBatch], start: int, stop: int | None, drop: AbstractSet[int]
-    ) -> Rebuilt: ...
+    ) -> tuple[int, int]: ...
 
 
 class Sides(Protocol):

@@ -1,13 +1,16 @@
-"""The backup on an executor: records read from the source node into store segments; an offset
-is done once the segment holding it is written, atomically, under its final name."""
+"""The backup on an executor: record batches read from the source node, their records decoded
+into store segments' columns; an offset is done once the segment holding it is written,
+atomically, under its final name."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Set as AbstractSet
 
+from relay.batches import SourceBatch
+from relay.batches.records import decode_batch
 from relay.clients.consumer import GroupReader
 from relay.config import StoreConfig
-from relay.engine.executor.failures import TargetFailure
+from relay.engine.executor.failures import SourceFailure, TargetFailure
 from relay.engine.executor.sides import evict_reader, moved_forward, source_reader
 from relay.spec import BackupTask, PartitionRoute, PartitionWork
 from relay.store import SegmentBuffer, SegmentStore
@@ -34,7 +37,9 @@ class BackupSides:
         return moved_forward(self.task.partitions, self._chain)
 
     def reader(self) -> GroupReader:
-        return source_reader(self.task.source, self.task.group_id)
+        # Record batches, always: the fetch side of the batch path uses kafka-python's public
+        # network client and protocol classes (the relay's fallback is about its producer).
+        return source_reader(self.task.source, self.task.group_id, batches=True)
 
     def writer(self, work: PartitionWork, latencies: list[float]) -> SegmentWriter:
         chain = self._chain.get(work.route.key, work.start)
@@ -71,18 +76,52 @@ class SegmentWriter:
         self.segments = 0
         self.pending = ()  # nothing in flight: a segment is written synchronously
 
-    def write(self, records: list[Any]) -> None:
-        """Append in order; a segment that reaches its record or byte limit closes right after
-        the record that filled it (not at the end of the fetch)."""
-        cfg = self.cfg
-        for r in records:
+    def write_batches(
+        self,
+        batches: list[SourceBatch],
+        start: int,
+        stop: int | None,
+        drop: AbstractSet[int] = frozenset(),
+    ) -> tuple[int, int]:
+        """The records of `batches` at or after `start` and before `stop`, less `drop` (a
+        filter rejected them), decoded from their batches straight into the open segment's
+        columns: no record object of kafka-python's. Returns how many were written and where
+        the next fetch starts (past transaction markers and offset gaps), as the relay's
+        rebuild does."""
+        written, next_offset = 0, start
+        for batch in batches:
+            if stop is not None and batch.base_offset >= stop:
+                break
+            batch_next = batch.next_offset if stop is None else min(batch.next_offset, stop)
+            next_offset = max(next_offset, batch_next)
+            if batch.next_offset <= start or batch.is_control or batch.header.record_count == 0:
+                continue
+            if not batch.crc_ok():
+                raise SourceFailure(f"CRC mismatch in the batch at offset {batch.base_offset}")
+            written += self._append(batch, start, stop, drop)
+        return written, next_offset
+
+    def _append(
+        self, batch: SourceBatch, start: int, stop: int | None, drop: AbstractSet[int]
+    ) -> int:
+        """One batch's records in order; a segment that reaches its record or byte limit
+        closes right after the record that filled it (not at the end of the fetch)."""
+        cfg, written = self.cfg, 0
+        timestamp_type = 1 if batch.log_append_time else 0
+        end = batch.next_offset if stop is None else stop
+        for r in decode_batch(batch):
+            offset = r.offset
+            if offset < start or offset >= end or offset in drop:
+                continue
             buffer = self.buffer
-            buffer.append(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers or ())
+            buffer.append(offset, r.timestamp, timestamp_type, r.key, r.value, r.headers)
+            written += 1
             if (
                 buffer.count >= cfg.max_segment_records
                 or buffer.size_bytes >= cfg.max_segment_bytes
             ):
-                self.close(r.offset + 1)
+                self.close(offset + 1)
+        return written
 
     def tick(self, processed_to: int, now: float) -> None:
         """An open segment closes on its age, even when no record comes any more."""

@@ -3,7 +3,7 @@ the destination with the same provenance a relay stamps (relay.pipelines.kafka_t
 
 from __future__ import annotations
 
-from relay.batches import Origin
+from relay.batches import Origin, codecs
 from relay.pipelines.kafka_target import KafkaTarget, KafkaWriter
 from relay.pipelines.restore.store_reader import StoreReader
 from relay.spec import PartitionWork, RestoreTask
@@ -23,4 +23,5 @@ class RestoreSides(KafkaTarget):
         # Restored records carry the same provenance header as relayed ones, named after the
         # stored cluster: a relay into the same topic later resumes after the last one.
         origin = Origin(self.task.store.cluster, work.route.topic, work.route.partition)
-        return KafkaWriter(self.producer(), work.route, origin, latencies)
+        shape = (codecs.BY_NAME[self.target.compression], self.target.batch_size)
+        return KafkaWriter(self.producer(), work.route, origin, latencies, shape)

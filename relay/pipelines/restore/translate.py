@@ -2,9 +2,9 @@
 
 Backup snapshots the committed offsets of `[store].groups`. For each restored partition, a
 group's committed source offset c becomes the destination offset of the first restored record
-whose source offset is >= c (the provenance header says which record is which), so the group's
-consumers resume exactly where they were: no record skipped, none read twice. MirrorMaker 2's
-checkpoints translate through sparse offset syncs and may land before that point.
+whose source offset is >= c (`relay.translation`: the provenance header says which record is
+which), so the group's consumers resume exactly where they were: no record skipped, none read
+twice.
 
 With "topic" = "dest:N" several source partitions share a destination partition: the group
 gets the smallest of their translations (it may read a few records again, never skip one).
@@ -16,10 +16,10 @@ import logging
 
 from relay.clients import admin
 from relay.config import Config
-from relay.resume import source_of
 from relay.spec import PartitionRoute
 from relay.store import group_snapshot_path
 from relay.store.configured import store_of
+from relay.translation import first_copy_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,7 @@ def carry_groups(cfg: Config, routes: list[PartitionRoute], timeout: float) -> l
             if committed is None:
                 continue
             dest = (route.target_topic, route.target_partition)
-            found = admin.first_record_at_or_after(
-                target, dest, source_of, route.key, int(committed), timeout
-            )
+            found = first_copy_at_or_after(target, dest, route.key, int(committed), timeout)
             translated[dest] = min(found, translated.get(dest, found))
         if translated:
             admin.commit_group(target, group, translated, timeout)

@@ -1,0 +1,87 @@
+"""Records given field by field (restore reads them from segments) into destination batches,
+with the same batch-form provenance as the relay's rebuilt batches: the last record of each
+batch lists the source offsets the batch holds.
+
+Each record is framed once (a few varints and a join), with no object of kafka-python's per
+record; compression, the batch header and the CRC are per batch (`relay.batches.build`).
+Timestamps are kept as CreateTime, whatever type the source recorded, as restore always did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from relay.batches.build import DEFAULT_BUDGET, DestBatch, Origin, finish_batch
+from relay.batches.provenance import provenance_header
+from relay.batches.varint import encode_varint
+
+_NULL = encode_varint(-1)
+_PROVENANCE_ROOM = 128  # bytes kept free in a batch for the header its last record takes
+
+
+def encode_records(
+    records: Sequence[Any], origin: Origin, codec: int, budget: int = DEFAULT_BUDGET
+) -> list[DestBatch]:
+    """Destination batches for `records` (each with `offset`, `timestamp`, `key`, `value` and
+    `headers`), in order, of at most `budget` bytes of records before compression (a record
+    larger than that goes alone)."""
+    out: list[DestBatch] = []
+    room = budget - _PROVENANCE_ROOM
+    batch: list[Any] = []
+    frames: list[bytes] = []
+    size = 0
+    for record in records:
+        delta = record.timestamp - batch[0].timestamp if batch else 0
+        frame = _frame(record, delta, len(batch), b"")
+        if batch and size + len(frame) > room:
+            out.append(_close(batch, frames, origin, codec))
+            batch, frames, size = [], [], 0
+            frame = _frame(record, 0, 0, b"")
+        batch.append(record)
+        frames.append(frame)
+        size += len(frame)
+    if batch:
+        out.append(_close(batch, frames, origin, codec))
+    return out
+
+
+def _close(batch: list[Any], frames: list[bytes], origin: Origin, codec: int) -> DestBatch:
+    """The batch, its last record framed again with the provenance header."""
+    runs: list[list[int]] = []
+    for record in batch:
+        if runs and runs[-1][1] + 1 == record.offset:
+            runs[-1][1] = record.offset
+        else:
+            runs.append([record.offset, record.offset])
+    base_ts, last = batch[0].timestamp, batch[-1]
+    spans = [(first, last) for first, last in runs]
+    header = provenance_header(origin.cluster, origin.topic, origin.partition, spans)
+    frames[-1] = _frame(last, last.timestamp - base_ts, len(batch) - 1, header)
+    part = b"".join(frames)
+    max_ts = max(record.timestamp for record in batch)
+    payload = finish_batch(part, codec, len(batch), base_ts, max_ts)
+    return DestBatch(payload, len(batch), batch[0].offset, last.offset, len(part), False, max_ts)
+
+
+def _frame(record: Any, timestamp_delta: int, offset_delta: int, extra_header: bytes) -> bytes:
+    """One record: attributes 0, its deltas, key, value, its headers and `extra_header` (an
+    encoded header, or b"") after them."""
+    key, value, headers = record.key, record.value, record.headers or ()
+    parts = [
+        b"\x00",
+        encode_varint(timestamp_delta),
+        encode_varint(offset_delta),
+        _NULL if key is None else encode_varint(len(key)) + key,
+        _NULL if value is None else encode_varint(len(value)) + value,
+        encode_varint(len(headers) + (1 if extra_header else 0)),
+    ]
+    for name, header_value in headers:
+        encoded = name.encode()
+        parts.append(encode_varint(len(encoded)) + encoded)
+        parts.append(
+            _NULL if header_value is None else encode_varint(len(header_value)) + header_value
+        )
+    parts.append(extra_header)
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
