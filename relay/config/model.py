@@ -90,6 +90,8 @@ class SparkConfig:
     rebalance_interval: float = field(default=30.0, metadata=_reads(_duration, positive=True))
     control_port: int = field(default=0, metadata=_reads(_int, minimum=0, maximum=65535))
     conf: tuple[tuple[str, str], ...] = field(default=(), metadata=_reads(_spark_conf))
+    # Where the driver JVM's class archive is kept (relay.engine.class_archive); "": none.
+    class_cache: str | None = field(default="~/.cache/ktm", metadata=_reads(_optional_text))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relay.config import SparkConfig
+from relay.engine import class_archive
 from relay.errors import RelayError
 from relay.spec import CompactResult, CompactTask, GroupResult, TaskSpec
 
@@ -75,11 +76,16 @@ class Engine:
         self.log_path = log_dir / "spark.log"
         self._configured_slots = spark_cfg.slots
         self._gateway: Any = None
+        self._archive = class_archive.ArchivePlan("")
         # An embedding program (or the test suite) may own a running context already: use it,
         # and leave stopping it to its owner.
         self._owned = SparkContext._active_spark_context is None
         if self._owned:
-            self._context, self._gateway = _start_context(spark_cfg, master, log_dir, self.log_path)
+            self._archive = class_archive.plan(spark_cfg.class_cache)
+            log.debug("spark class archive: %s", self._archive.option or "off")
+            self._context, self._gateway = _start_context(
+                spark_cfg, master, log_dir, self.log_path, self._archive.option
+            )
             self._context.addPyFile(str(_package_zip(log_dir)))
         else:
             self._context = SparkContext.getOrCreate()
@@ -149,8 +155,10 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - shutting down anyway
             log.debug("closing worker clients: %s", exc)
 
-    def stop(self) -> None:
-        """Stop Spark and wait until its JVM is gone; safe twice."""
+    def stop(self, write_archive: bool = True) -> None:
+        """Stop Spark and wait until its JVM is gone; safe twice. A JVM asked to write the class
+        archive at exit is killed instead when `write_archive` is False (a stop on a signal
+        must stay prompt: the archive is written by a later run)."""
         if self._context is None:
             return
         context, self._context = self._context, None
@@ -165,7 +173,18 @@ class Engine:
             context.stop()
         except Exception as exc:  # noqa: BLE001 - shutting down anyway
             log.debug("spark stop: %s", exc)
-        _end_jvm(self._gateway)
+        writing = self._archive.writing is not None
+        if writing and not write_archive:
+            _end_jvm(self._gateway, 0.0)  # Spark has stopped: nothing is lost with the JVM
+            class_archive.publish(self._archive, False)
+        else:
+            if writing:  # it holds the JVM's exit for a few seconds, once per machine
+                log.info(
+                    "writing the Spark JVM's class archive for faster starts: %s",
+                    self._archive.final,
+                )
+            timeout = JVM_EXIT_TIMEOUT * (3 if writing else 1)
+            class_archive.publish(self._archive, _end_jvm(self._gateway, timeout))
         if accumulators is not None:
             threading.Thread(target=accumulators.shutdown, daemon=True).start()
 
@@ -234,7 +253,7 @@ def _close_clients(_: int) -> int:
 
 
 def _start_context(
-    spark_cfg: SparkConfig, master: str, log_dir: Path, log_path: Path
+    spark_cfg: SparkConfig, master: str, log_dir: Path, log_path: Path, archive_option: str
 ) -> tuple[Any, Any]:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
@@ -248,8 +267,8 @@ def _start_context(
     # burnt ~3.5 CPU seconds of a 1M-record run and slowed Spark's start by ~0.6 s (measured;
     # scripts/bench). Set spark.driver.extraJavaOptions in [spark].conf to override both.
     settings["spark.driver.extraJavaOptions"] = (
-        f"-Dlog4j2.configurationFile=file:{log4j} -XX:TieredStopAtLevel=1"
-    )
+        f"-Dlog4j2.configurationFile=file:{log4j} -XX:TieredStopAtLevel=1 {archive_option}"
+    ).strip()
     if master.startswith("local"):
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
@@ -285,8 +304,9 @@ def _python_for_workers(spark_cfg: SparkConfig, master: str) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def _end_jvm(gateway: Any) -> None:
-    """Shut the gateway and wait for the JVM (and the Python workers it started) to exit."""
+def _end_jvm(gateway: Any, timeout: float = JVM_EXIT_TIMEOUT) -> bool:
+    """Shut the gateway and wait for the JVM (and the Python workers it started) to exit;
+    True if it exited by itself with status 0."""
     from pyspark import SparkContext
 
     proc = getattr(gateway, "proc", None)
@@ -297,13 +317,17 @@ def _end_jvm(gateway: Any) -> None:
     SparkContext._gateway = None
     SparkContext._jvm = None
     if proc is None:
-        return
+        return False
     try:
+        if timeout <= 0:
+            raise TimeoutError("not waited for")
         proc.stdin.close()  # the JVM exits when this pipe closes
-        proc.wait(timeout=JVM_EXIT_TIMEOUT)
+        return proc.wait(timeout=timeout) == 0
     except Exception as exc:  # noqa: BLE001 - a JVM that will not go is killed
-        log.debug("spark JVM did not exit in %ss (%s); killing it", JVM_EXIT_TIMEOUT, exc)
+        log.debug("spark JVM did not exit in %ss (%s); killing it", timeout, exc)
         proc.kill()
+        proc.wait(timeout=JVM_EXIT_TIMEOUT)
+        return False
 
 
 def _quiet_accumulator_server(context: Any) -> None:

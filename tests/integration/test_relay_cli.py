@@ -389,3 +389,38 @@ def test_debug_names_the_spark_log_which_holds_what_the_terminal_does_not(
     assert "Traceback" not in run.stderr
     copied = read_all(target_broker.bootstrap, dst)
     assert sum(len(rs) for rs in copied.values()) == 100
+
+
+@pytest.mark.timeout(300)
+def test_the_first_run_writes_the_class_archive_and_the_next_one_maps_it(
+    source_broker, target_broker, tmp_path, monkeypatch
+):
+    src, dst = topic_pair(
+        source_broker.bootstrap, target_broker.bootstrap, "cds", 2, records=100, value=b"c"
+    )
+    cache = tmp_path / "class-cache"
+    config = write_config(
+        tmp_path / "config.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={src: dst},
+        spark=f'class_cache = "{cache}"',
+    )
+
+    first = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", "--debug", timeout=150)
+
+    assert first.returncode == 0, first.stderr
+    assert "spark class archive: -XX:ArchiveClassesAtExit=" in first.stderr
+    (archive,) = cache.glob("spark-driver-*.jsa")
+    assert archive.stat().st_size > 1_000_000 and not list(cache.glob("*.tmp"))
+
+    produce(source_broker.bootstrap, src, [Record(value=b"more", partition=0)] * 10)
+    # -Xshare:on: a JVM that cannot map the archive refuses to start, so this run fails
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", "-Xshare:on")
+    second = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", "--debug", timeout=120)
+
+    assert second.returncode == 0, second.stderr
+    assert f"spark class archive: -XX:SharedArchiveFile={archive}" in second.stderr
+    assert "writing the Spark JVM's class archive" not in second.stderr
+    copied = read_all(target_broker.bootstrap, dst)
+    assert sum(len(rs) for rs in copied.values()) == 110

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,9 +27,11 @@ class SparkBackend:
         lease_for: Callable[[int], float | None],
         on_report: Callable[[Report], None],
         renew_every: float = 0.5,
+        stopping: threading.Event | None = None,
     ):
         self.spark, self.master, self.metrics = spark, master, metrics
         self.renew_every = renew_every
+        self._stopping = stopping  # set by a stop signal: Spark must then stop promptly
         self._lease_for, self._on_report = lease_for, on_report
         self.start_seconds = 0.0
         self.log_path: str | None = None
@@ -97,4 +100,4 @@ class SparkBackend:
             return
         if self.used:
             engine.close_workers()
-        engine.stop()
+        engine.stop(write_archive=not (self._stopping is not None and self._stopping.is_set()))

@@ -77,6 +77,7 @@ class Runner:
             self._lease_for,
             self._report,
             renew_every=cfg.app.session_timeout / 16,
+            stopping=stop_event,
         )
         self.routes: list[PartitionRoute] = []
         self.stop_offsets: dict[SourcePartition, int] = {}
