@@ -16,8 +16,6 @@ from relay.batches.format import (
 )
 from relay.batches.provenance import (
     Provenance,
-    batch_provenance,
-    format_range,
     format_runs,
     last_provenance,
     parse_provenance,
@@ -31,8 +29,6 @@ __all__ = [
     "Rebuilt",
     "SourceBatch",
     "UnsupportedBatch",
-    "batch_provenance",
-    "format_range",
     "format_runs",
     "last_provenance",
     "parse_provenance",

@@ -17,7 +17,7 @@ The header of a hop is the *last* `ktm.src` header of its record: a record relay
 to C) keeps the first hop's header before this hop's. Inside a batch-form destination batch,
 records other than the last may carry an *earlier hop's* header as their last one; a reader
 therefore takes a batch-form header only from the last record of a destination batch
-(`batch_provenance`) and never reads the records before it.
+(`relay.resume.origins`) and never reads the records before it.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from relay.batches.format import SourceBatch
-from relay.batches.records import decode_batch, encode_header
+from relay.batches.records import encode_header
 
 PROVENANCE_HEADER = "ktm.src"  # the same name as relay.spec.PROVENANCE_HEADER
 
@@ -73,10 +72,6 @@ def format_runs(cluster: str, topic: str, partition: int, runs: Iterable[tuple[i
     return f"{cluster}/{topic}/{partition}/{offsets}".encode()
 
 
-def format_range(cluster: str, topic: str, partition: int, first: int, last: int) -> bytes:
-    return format_runs(cluster, topic, partition, ((first, last),))
-
-
 def provenance_header(
     cluster: str, topic: str, partition: int, runs: Iterable[tuple[int, int]]
 ) -> bytes:
@@ -111,9 +106,3 @@ def last_provenance(headers: Iterable[tuple[str, bytes | None]]) -> Provenance |
         if name == PROVENANCE_HEADER:
             last = value
     return parse_provenance(last) if last is not None else None
-
-
-def batch_provenance(batch: SourceBatch) -> Provenance | None:
-    """The provenance on the last record of one destination batch. Decodes that record only."""
-    last = decode_batch(batch, last_only=True)
-    return last_provenance(last[0].headers) if last else None

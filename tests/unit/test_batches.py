@@ -16,9 +16,7 @@ from relay.batches import (
     Provenance,
     SourceBatch,
     UnsupportedBatch,
-    batch_provenance,
     codecs,
-    format_range,
     format_runs,
     parse_provenance,
     rebuild,
@@ -27,6 +25,7 @@ from relay.batches import (
 )
 from relay.batches.records import last_record_start
 from relay.batches.varint import encode_varint, read_varint
+from relay.resume import origins
 from tests.support.batches import T0, Rec, control_batch, make_batch, recs
 
 ORIGIN = Origin("src", "orders", 3)
@@ -263,7 +262,7 @@ def test_stamping_the_producer_fields_keeps_the_crc_valid() -> None:
 
 
 def test_provenance_header_formats_round_trip() -> None:
-    assert parse_provenance(format_range("a/b", "t", 2, 5, 9)) == Provenance(
+    assert parse_provenance(format_runs("a/b", "t", 2, [(5, 9)])) == Provenance(
         "a/b", "t", 2, ((5, 9),)
     )
     gaps = parse_provenance(format_runs("c", "t", 0, [(3, 3), (5, 9), (12, 12)]))
@@ -283,18 +282,21 @@ def test_provenance_header_formats_round_trip() -> None:
         assert parse_provenance(bad) is None
 
 
-def test_batch_provenance_reads_the_last_record_of_a_destination_batch() -> None:
+def test_origins_reads_the_last_record_of_a_destination_batch() -> None:
     source = recs(0, 10)
     source[-1].headers.append(("ktm.src", b"upstream/orders/0/77"))  # an earlier hop's header
     (dest,) = rebuild(split_batches(make_batch(source, "gzip"))[0], 0, ORIGIN).batches
     (batch,), _ = split_batches(dest.payload)
-    assert batch_provenance(batch) == Provenance("src", "orders", 3, ((0, 9),))
+    ((found, record),) = origins(batch)
+    assert found == Provenance("src", "orders", 3, ((0, 9),)) and record.offset == 9
     _, records = read_back(dest.payload)
     assert provenance_of(records[-1].headers) == Provenance("src", "orders", 3, ((0, 9),))
     # an older destination: every record carries its own offset; the last one resumes exactly
     old = [r._replace(headers=[("ktm.src", b"src/orders/3/%d" % r.offset)]) for r in source]
     (batch,), _ = split_batches(make_batch(old))
-    assert batch_provenance(batch) == Provenance("src", "orders", 3, ((9, 9),), batch=False)
+    found_each = [found for found, _ in origins(batch)]
+    assert found_each[-1] == Provenance("src", "orders", 3, ((9, 9),), batch=False)
+    assert len(found_each) == 10  # each record counts
 
 
 def test_null_keys_values_and_header_values_survive() -> None:
