@@ -54,7 +54,7 @@ DEFAULT_LIMIT = 1_000_000
 # Room kept in the budget: a re-framed record may grow (its offset and timestamp deltas become
 # longer varints), and the last record takes the provenance header.
 _GROWTH_PER_RECORD = 8
-_PROVENANCE_ROOM = 128
+PROVENANCE_ROOM = 128
 # A copyable source batch of at least this fraction of the budget is sent as it is rather than
 # merged: merging re-frames every record (~1.5 µs each), copying re-frames one.
 _COPY_FRACTION = 16
@@ -126,7 +126,7 @@ def rebuild(
     built: list[DestBatch] = []
     group: list[_Member] = []
     size = 0
-    room = budget - _PROVENANCE_ROOM
+    room = budget - PROVENANCE_ROOM
     limit = max(limit, budget)
     next_offset = start
     bounds = (start, stop, drop)

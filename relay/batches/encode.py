@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from relay.batches.build import DEFAULT_BUDGET, DestBatch, Origin, finish_batch
+from relay.batches.build import DEFAULT_BUDGET, PROVENANCE_ROOM, DestBatch, Origin, finish_batch
 from relay.batches.provenance import provenance_header
 from relay.batches.varint import encode_varint
 
 _NULL = encode_varint(-1)
-_PROVENANCE_ROOM = 128  # bytes kept free in a batch for the header its last record takes
 
 
 def encode_records(
@@ -27,7 +26,7 @@ def encode_records(
     `headers`), in order, of at most `budget` bytes of records before compression (a record
     larger than that goes alone)."""
     out: list[DestBatch] = []
-    room = budget - _PROVENANCE_ROOM
+    room = budget - PROVENANCE_ROOM
     batch: list[Any] = []
     frames: list[bytes] = []
     size = 0

@@ -306,7 +306,7 @@ def _python_for_workers(spark_cfg: SparkConfig, master: str) -> None:
 
 def _end_jvm(gateway: Any, timeout: float = JVM_EXIT_TIMEOUT) -> bool:
     """Shut the gateway and wait for the JVM (and the Python workers it started) to exit;
-    True if it exited by itself with status 0."""
+    True if it exited by itself with status 0. A timeout of 0 kills it at once."""
     from pyspark import SparkContext
 
     proc = getattr(gateway, "proc", None)
@@ -318,9 +318,11 @@ def _end_jvm(gateway: Any, timeout: float = JVM_EXIT_TIMEOUT) -> bool:
     SparkContext._jvm = None
     if proc is None:
         return False
+    if timeout <= 0:  # not waited for: killed at once
+        proc.kill()
+        proc.wait(timeout=JVM_EXIT_TIMEOUT)
+        return False
     try:
-        if timeout <= 0:
-            raise TimeoutError("not waited for")
         proc.stdin.close()  # the JVM exits when this pipe closes
         return proc.wait(timeout=timeout) == 0
     except Exception as exc:  # noqa: BLE001 - a JVM that will not go is killed
