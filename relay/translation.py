@@ -9,7 +9,7 @@ share one destination partition (`dest:N`), so the search is a binary search ove
 batches: a few small fetches, not a scan. MirrorMaker 2 translates through sparse offset syncs
 instead and may land before that point.
 
-Used by `ktm restore --groups`.
+Used by `ktm restore --groups` and by the relay's group sync (relay.pipelines.mirror.group_sync).
 """
 
 from __future__ import annotations
@@ -33,13 +33,36 @@ def first_copy_at_or_after(
 ) -> int:
     """The destination offset in `dest` of the first copy of a record of `source` whose source
     offset is >= `offset`; the partition's end if there is none."""
-    begin, end = admin.offset_bounds(cluster, [dest], timeout)
-    with closing(BatchFetcher(cluster, timeout)) as fetcher:
+    with closing(Translator(cluster, timeout)) as translator:
+        bounds = translator.bounds([dest])
+        return translator.first_copy(dest, source, offset, bounds[dest])
+
+
+class Translator:
+    """Several searches over one connection: read the bounds of the destination partitions
+    once, then search each (a search only looks below the end it was given)."""
+
+    def __init__(self, cluster: ClusterConfig, timeout: float):
+        self.cluster, self.timeout = cluster, timeout
+        self._fetcher = BatchFetcher(cluster, timeout)
+
+    def bounds(self, dests: list[TP]) -> dict[TP, tuple[int, int]]:
+        """(beginning, end) of each destination partition, read now."""
+        begin, end = admin.offset_bounds(self.cluster, dests, self.timeout)
+        return {dest: (begin[dest], end[dest]) for dest in dests}
+
+    def first_copy(
+        self, dest: TP, source: SourcePartition, offset: int, bounds: tuple[int, int]
+    ) -> int:
+        """As `first_copy_at_or_after`, within `bounds`: `bounds[1]` when no copy lies there."""
 
         def next_copies(lower: int, upper: int) -> list[tuple[int, int]]:
-            return _next_copies(fetcher, dest, source, lower, upper, timeout)
+            return _next_copies(self._fetcher, dest, source, lower, upper, self.timeout)
 
-        return search(begin[dest], end[dest], offset, next_copies)
+        return search(bounds[0], bounds[1], offset, next_copies)
+
+    def close(self) -> None:
+        self._fetcher.close()
 
 
 def search(

@@ -18,7 +18,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import IncompatibleBrokerVersion, KafkaTimeoutError, UnsupportedVersionError
 from kafka.structs import OffsetAndMetadata
 
 from relay.clients.settings import (  # noqa: F401
@@ -68,6 +68,18 @@ def probe_consumer(cluster: ClusterConfig, timeout: float = 10.0, group_id: str 
         consumer.close(autocommit=False)
 
 
+class Unsupported(Exception):
+    """The broker does not implement an admin call (Tansu lacks CreatePartitions)."""
+
+
+@contextmanager
+def _supported(what: str) -> Iterator[None]:
+    try:
+        yield
+    except (IncompatibleBrokerVersion, UnsupportedVersionError) as exc:
+        raise Unsupported(f"the broker does not implement {what} ({exc})") from exc
+
+
 class TLSHandshakeError(KafkaSetupError):
     """The broker answered but TLS failed (certificate, CA, protocol): retrying cannot help."""
 
@@ -108,13 +120,18 @@ def partition_counts(
     for why naming one used to create it).
     """
     wanted = set(topics)
+    return {t: n for t, n in all_partition_counts(cluster, timeout).items() if t in wanted}
+
+
+def all_partition_counts(cluster: ClusterConfig, timeout: float) -> dict[str, int]:
+    """Every topic of the cluster with its partition count (internal ones too)."""
     with admin_client(cluster, timeout) as admin:
         described = admin.describe_topics()  # no names: every topic, nothing created
-    counts: dict[str, int] = {}
-    for topic in described:
-        if topic["name"] in wanted and not topic.get("error_code"):
-            counts[topic["name"]] = len(topic["partitions"])
-    return counts
+    return {
+        topic["name"]: len(topic["partitions"])
+        for topic in described
+        if not topic.get("error_code")
+    }
 
 
 TP = tuple[str, int]  # (topic, partition); kafka-python's TopicPartition stays in this module
@@ -256,18 +273,50 @@ def topic_configs(
     return found
 
 
+def set_topic_configs(
+    cluster: ClusterConfig, topics: Iterable[str], timeout: float
+) -> dict[str, dict[str, str]]:
+    """The configs set on each topic itself (not defaults, not the broker's): what a copy of the
+    topic takes over. {} for a topic the broker describes nothing of (Tansu)."""
+    resources = [ConfigResource("TOPIC", topic) for topic in sorted(set(topics))]
+    if not resources:
+        return {}
+    with admin_client(cluster, timeout) as client, _supported("DescribeConfigs"):
+        described = client.describe_configs(resources, config_filter="all")
+    return {
+        topic: {
+            name: _config_value(data)
+            for name, data in (configs or {}).items()
+            if isinstance(data, dict) and data.get("config_source") == "DYNAMIC_TOPIC_CONFIG"
+        }
+        for topic, configs in (described.get("topic") or {}).items()
+    }
+
+
 def _config_value(data: Any) -> str:
     """A described config's value: kafka-python gives a dict per config (or the bare value)."""
     value = data.get("value") if isinstance(data, dict) else data
     return "" if value is None else str(value)
 
 
-def create_topics(cluster: ClusterConfig, topics: dict[str, int], timeout: float) -> None:
-    """Create topics with the given partition counts and the broker's default replication."""
+def create_topics(
+    cluster: ClusterConfig,
+    topics: dict[str, int],
+    timeout: float,
+    replication_factor: int = -1,
+    configs: dict[str, dict[str, str]] | None = None,
+) -> None:
+    """Create topics with the given partition counts, replication factor (-1: the broker's
+    default) and configs, and wait until the cluster's metadata shows them."""
     spec = {
-        name: {"num_partitions": count, "replication_factor": -1} for name, count in topics.items()
+        name: {
+            "num_partitions": count,
+            "replication_factor": replication_factor,
+            "configs": dict((configs or {}).get(name, {})),
+        }
+        for name, count in topics.items()
     }
-    with admin_client(cluster, timeout) as admin:
+    with admin_client(cluster, timeout) as admin, _supported("CreateTopics"):
         admin.create_topics(spec)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # metadata shows new topics a moment later
@@ -275,6 +324,37 @@ def create_topics(cluster: ClusterConfig, topics: dict[str, int], timeout: float
             return
         time.sleep(0.1)
     raise TimeoutError(f"topics {', '.join(sorted(topics))} did not appear within {timeout:g}s")
+
+
+def grow_partitions(cluster: ClusterConfig, counts: dict[str, int], timeout: float) -> None:
+    """Add partitions to topics, up to the given totals (Unsupported: no CreatePartitions)."""
+    with admin_client(cluster, timeout) as admin, _supported("CreatePartitions"):
+        admin.create_partitions(dict(counts))
+
+
+def list_groups(cluster: ClusterConfig, timeout: float) -> list[str]:
+    """The ids of the cluster's consumer groups."""
+    with admin_client(cluster, timeout) as admin:
+        return sorted({str(group["group_id"]) for group in admin.list_groups()})
+
+
+def groups_committed(
+    cluster: ClusterConfig, groups: Iterable[str], timeout: float
+) -> dict[str, dict[TP, int]]:
+    """Every committed offset of each group (partitions it never committed are left out)."""
+    wanted = sorted(set(groups))
+    if not wanted:
+        return {}
+    with admin_client(cluster, timeout) as admin:
+        found = admin.list_group_offsets({group: None for group in wanted})
+    return {
+        group: {
+            (tp.topic, tp.partition): meta.offset
+            for tp, meta in (found.get(group) or {}).items()
+            if meta.offset is not None and meta.offset >= 0
+        }
+        for group in wanted
+    }
 
 
 def commit_group(

@@ -4,6 +4,7 @@ move nothing and join no group."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import click
 
@@ -31,11 +32,14 @@ def _relay_plan(cfg: Config, opts: Options) -> None:
     from relay.pipelines.jobs import Relay
 
     stop = threading.Event()
-    with Relay(cfg, stop_at_end=False, stop_event=stop, metrics=Metrics(),
-               failover=opts.mode == "failover") as relay:  # fmt: skip
+    relay = Relay(cfg, stop_at_end=False, stop_event=stop, metrics=Metrics(),
+                  failover=opts.mode == "failover", dry_run=True)  # fmt: skip
+    with relay:
         relay.prepare()
+        groups = relay.pipeline.group_plan()
     snap = relay.status.snapshot()
     click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node}")
+    _topics_report(cfg, relay.pipeline.topic_plan)
     for row in snap.rows:
         r = row.route
         click.echo(
@@ -43,9 +47,49 @@ def _relay_plan(cfg: Config, opts: Options) -> None:
             f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
         )
     click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
+    _groups_report(cfg, groups)
     target = cfg.need_target()
     group = f"{cfg.app.group_id}.relay"
     click.echo(members_line(target.cluster, target.request_timeout, group))
+
+
+def _topics_report(cfg: Config, plan: Any) -> None:
+    """What [discover] matches today, and the destinations ktm would create or grow."""
+    if cfg.discover.include:
+        found = [r for r in (*plan.routes, *plan.held) if r.discovered]
+        names = ", ".join(f"{r.source} -> {r.target}" for r in found) or "no topic"
+        click.echo(f"[discover] matches {len(found)} topic(s) today: {names}")
+    for creation in plan.created:
+        configs = ", ".join(f"{k}={v}" for k, v in creation.configs) or "none copied"
+        click.echo(
+            f"  would create {creation.topic}: {creation.partitions} partitions, replication "
+            f"factor {cfg.need_target().replication_factor} (-1: the broker's), configs: "
+            f"{configs}"
+        )
+    for dest, has, wanted in plan.grown:
+        click.echo(f"  would grow {dest} from {has} to {wanted} partitions")
+
+
+def _groups_report(cfg: Config, groups: list[Any]) -> None:
+    """The groups [groups] carries, with each translated offset and whether the target has it."""
+    if not cfg.groups.include:
+        return
+    click.echo(f"[groups] carries {len(groups)} group(s) today")
+    for result in groups:
+        active = f"; {result.members} member(s) on the target: left alone" if result.members else ""
+        click.echo(f"  group {result.group}{active}")
+        for part in result.partitions:
+            sources = ", ".join(f"{t}[{p}]@{o}" for (t, p), o in part.sources)
+            dest = f"{part.dest[0]}[{part.dest[1]}]"
+            if part.offset is None:
+                click.echo(f"    {sources} -> {dest}: not relayed that far yet")
+                continue
+            state = (
+                "synced" if part.before == part.offset
+                else "the target has no offset yet" if part.before is None
+                else f"the target has {part.before}"
+            )  # fmt: skip
+            click.echo(f"    {sources} -> {dest}@{part.offset} ({state}; end {part.end})")
 
 
 def _store_report(cfg: Config) -> None:

@@ -83,6 +83,11 @@ def load(opts: Options, needs: frozenset[str], console: Any = None) -> Config:
     setup_logging(cfg.app.log_level, debug=opts.debug, fmt=opts.log_format, console=console)
     if opts.debug:
         log.debug("config: %s", cfg.redacted())
+    if "store" in needs and not cfg.topics:
+        raise ConfigError(
+            f"[topics]: {opts.config_path} names no topic; ktm backup, restore and compact take "
+            "the topics named there ([discover] patterns are for ktm relay)"
+        )
     if opts.mode == "failover" and len(cfg.sources) < 2:
         raise ConfigError(
             f"--mode failover: needs at least two [[sources]] nodes, {opts.config_path} has "

@@ -15,7 +15,9 @@ from relay.config.model import (
     AppConfig,
     ClusterConfig,
     Config,
+    DiscoverConfig,
     FilterConfig,
+    GroupsConfig,
     SourcePoolConfig,
     SparkConfig,
     StoreConfig,
@@ -58,11 +60,14 @@ def load_config(
             name = "[[sources]]" if section == "sources" else f"[{section}]"
             raise ConfigError(f"{name}: missing section ({WHY[section]})")
     sources = _sources(doc) if "sources" in doc.mapping else ()
+    discover = _build(DiscoverConfig, doc.sub("discover"))
     return Config(
         path=os.fspath(path),
         app=_build(AppConfig, doc.sub("app")),
         spark=_spark(doc.sub("spark")),
-        topics=_topics(doc.sub("topics", required=True, quote=True)),
+        topics=_topics(doc, discover),
+        discover=discover,
+        groups=_build(GroupsConfig, doc.sub("groups")),
         sources=sources,
         source_pool=_source_pool(doc.sub("source_pool")),
         target=_target(doc.sub("target")) if "target" in doc.mapping else None,
@@ -159,6 +164,10 @@ def _source_pool(t: _Table) -> SourcePoolConfig:
 def _target(t: _Table) -> TargetConfig:
     target = _build(TargetConfig, t, cluster=_cluster(t, name="target"))
     _check_backoff(t, target.backoff_min, target.backoff_max)
+    if target.replication_factor == 0:
+        raise t.error(
+            "replication_factor", "expected -1 (the broker's default) or 1 to 32767, got 0"
+        )
     return target
 
 
@@ -187,9 +196,11 @@ def _cluster(t: _Table, **given: Any) -> ClusterConfig:
     return cluster
 
 
-def _topics(t: _Table) -> tuple[TopicRoute, ...]:
-    if not t.mapping:
-        raise ConfigError(f"{t.path}: no topics to relay")
+def _topics(doc: _Table, discover: DiscoverConfig) -> tuple[TopicRoute, ...]:
+    """[topics]; it may be empty (or absent) when [discover] chooses topics by pattern."""
+    t = doc.sub("topics", required=not discover.include, quote=True)
+    if not t.mapping and not discover.include:
+        raise ConfigError(f"{t.path}: no topics to relay (name some, or set [discover].include)")
     return tuple(_route(t, source) for source in t.mapping)
 
 

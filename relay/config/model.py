@@ -12,7 +12,9 @@ from typing import Any
 from relay.config.readers import (
     _SECRET_WORDS,
     COMPRESSIONS,
+    DISCOVER_STARTS,
     LOG_LEVELS,
+    MM2_CONFIG_EXCLUDE,
     ON_ERROR,
     ON_MISMATCH,
     SEGMENT_COMPRESSIONS,
@@ -29,12 +31,16 @@ from relay.config.readers import (
     _mechanism,
     _metrics_addr,
     _names,
+    _optional_names,
     _optional_text,
     _password,
+    _patterns,
+    _prefix,
     _reads,
     _servers,
     _size,
     _spark_conf,
+    _template,
     _text,
     _url,
 )
@@ -63,6 +69,12 @@ class TopicRoute:
     source: str
     target: str
     partition: int | None = None
+    discovered: bool = False  # matched by a [discover] pattern, not named in [topics]
+
+    @property
+    def where(self) -> str:
+        """Where the route comes from, for errors: the TOML key, or the pattern section."""
+        return f"[discover] topic {self.source}" if self.discovered else f"[topics].{self.source}"
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,43 @@ class TargetConfig:
     backoff_max: float = field(default=10.0, metadata=_reads(_duration))
     acks: str = field(default="all", metadata=_reads(_acks))
     request_timeout: float = field(default=30.0, metadata=_reads(_duration, positive=True))
+    # ktm relay creates a missing destination topic (and adds partitions to one that has fewer
+    # than its source) only when asked: a mistyped destination must not become a new topic.
+    create_topics: bool = field(default=False, metadata=_reads(_bool))
+    replication_factor: int = field(  # -1: the broker's default.replication.factor
+        default=-1, metadata=_reads(_int, minimum=-1, maximum=32767)
+    )
+    # Topic configs copied to a created topic: those set on the source topic, named in
+    # config_include ([] = all of them) and not in config_exclude (MirrorMaker 2's list).
+    config_include: tuple[str, ...] = field(default=(), metadata=_reads(_optional_names))
+    config_exclude: tuple[str, ...] = field(
+        default=MM2_CONFIG_EXCLUDE, metadata=_reads(_optional_names)
+    )
+
+
+@dataclass(frozen=True)
+class DiscoverConfig:
+    """`[discover]`: topics chosen by pattern (ktm relay), found at start and while running."""
+
+    include: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))  # whole-name regexes
+    exclude: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))
+    rename: str = field(default="{topic}", metadata=_reads(_template))  # destination name
+    # Where a topic found while running starts (the end: only records written after it was seen).
+    start: str = field(default="beginning", metadata=_reads(_choice, choices=DISCOVER_STARTS))
+    # How often the source is listed for new topics and partitions (also without [discover]).
+    interval: float = field(default=30.0, metadata=_reads(_duration, minimum=1.0))
+    # Active/active: source topics named with this prefix are copies of the target's own topics
+    # (the other relay of the pair names them so) and are never relayed back.
+    from_target_prefix: str = field(default="", metadata=_reads(_prefix))
+
+
+@dataclass(frozen=True)
+class GroupsConfig:
+    """`[groups]`: consumer groups whose source offsets ktm relay carries over to the target."""
+
+    include: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))  # whole-name regexes
+    exclude: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))
+    interval: float = field(default=10.0, metadata=_reads(_duration, minimum=0.5))
 
 
 @dataclass(frozen=True)
@@ -175,6 +224,8 @@ class Config:
     target: TargetConfig | None  # None when the command writes to no cluster (backup)
     filters: tuple[FilterConfig, ...]
     store: StoreConfig | None = None
+    discover: DiscoverConfig = DiscoverConfig()
+    groups: GroupsConfig = GroupsConfig()
 
     def need_target(self) -> TargetConfig:
         if self.target is None:

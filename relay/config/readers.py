@@ -23,8 +23,20 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 ON_ERROR = ("stop", "skip")
 ON_MISMATCH = ("stop", "continue")
 TOP_LEVEL_KEYS = (
-    "app", "spark", "topics", "sources", "source_pool", "target", "filters", "store",
+    "app", "spark", "topics", "discover", "groups", "sources", "source_pool", "target",
+    "filters", "store",
 )  # fmt: skip
+DISCOVER_STARTS = ("beginning", "end")
+# The topic configs MirrorMaker 2 never copies (its DefaultConfigPropertyFilter): they describe
+# the cluster (throttles, ISR size, leader election), not the data, or would change the copies.
+MM2_CONFIG_EXCLUDE = (
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.type",
+    "unclean.leader.election.enable",
+    "min.insync.replicas",
+)
 SEGMENT_FORMATS = ("parquet", "jsonl")
 SEGMENT_COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "none")
 
@@ -246,6 +258,40 @@ def _names(t: _Table, key: str) -> tuple[str, ...]:
     if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
         return tuple(value)
     raise t.error(key, f"expected a list of non-empty strings, got {_show(value)}")
+
+
+def _optional_names(t: _Table, key: str) -> tuple[str, ...]:
+    return () if t.get(key) == [] else _names(t, key)
+
+
+def _patterns(t: _Table, key: str) -> tuple[str, ...]:
+    """Regular expressions, each matched against a whole name (names are patterns too)."""
+    patterns = _optional_names(t, key)
+    for index, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise t.error(key, f"item {index + 1} {_show(pattern)} is not a regex: {exc}") from None
+    return patterns
+
+
+def _template(t: _Table, key: str) -> str:
+    """A destination topic name with "{topic}" in it ("{topic}", "east.{topic}")."""
+    value = _text(t, key)
+    example = value.replace("{topic}", "orders", 1)
+    if value.count("{topic}") != 1 or not _TOPIC_NAME.fullmatch(example):
+        raise t.error(
+            key, f'expected a topic name holding "{{topic}}" once ("{{topic}}", '
+            f'"east.{{topic}}"), got {_show(value)}'
+        )  # fmt: skip
+    return value
+
+
+def _prefix(t: _Table, key: str) -> str:
+    value = t.get(key)
+    if isinstance(value, str) and (value == "" or _TOPIC_NAME.fullmatch(value)):
+        return value
+    raise t.error(key, f'expected a topic name prefix such as "east.", got {_show(value)}')
 
 
 def _url(t: _Table, key: str) -> str | None:

@@ -159,6 +159,48 @@ class Metrics:
             ("source_topic", "source_partition", "reason"),
             registry=r,
         )
+        self._topic_and_group_metrics(r)
+
+    def _topic_and_group_metrics(self, r: CollectorRegistry) -> None:
+        """Topics found while running, and consumer groups carried over ([discover], [groups])."""
+        self.topics_created = Counter(
+            "ktm_topics_created", "Destination topics ktm created", registry=r
+        )
+        self.partitions_found = Counter(
+            "ktm_partitions_discovered",
+            "Source partitions found while running (new topics, added partitions)",
+            registry=r,
+        )
+        self.groups_synced = Gauge(
+            "ktm_groups_synced",
+            "Consumer groups whose last sync translated every partition they committed",
+            registry=r,
+        )
+        self.group_sync_time = Gauge(
+            "ktm_group_sync_timestamp_seconds",
+            "Unix time at which the source offsets of a group's last complete sync were read: a "
+            "consumer stopped on the source before it may start on the target",
+            ("group",),
+            registry=r,
+        )
+        self.group_sync_age = Gauge(
+            "ktm_group_sync_age_seconds",
+            "Seconds since the source offsets of a group's last complete sync were read",
+            ("group",),
+            registry=r,
+        )
+        self.group_trailing = Gauge(
+            "ktm_group_offset_trailing",
+            "Records of the destination partition after a group's translated offset",
+            ("group", "target_topic", "target_partition"),
+            registry=r,
+        )
+        self.group_active = Gauge(
+            "ktm_group_active_on_target",
+            "1 while a carried group has members on the target (ktm then commits nothing for it)",
+            ("group",),
+            registry=r,
+        )
 
 
 class MetricsServer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from relay.config import Config
 from relay.engine.driver.runner import Runner, RunSummary
@@ -31,6 +32,7 @@ class _FromSources(Runner):
         filters: tuple[FilterSpec, ...] | None = None,
         master: str | None = None,
         failover: bool = False,
+        **extra: bool,
     ):
         pipeline = self.pipeline_class(
             cfg,
@@ -38,6 +40,7 @@ class _FromSources(Runner):
             metrics=metrics,
             filters=load_filters(cfg) if filters is None else filters,
             failover=failover,
+            **extra,
         )
         super().__init__(
             cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
@@ -46,9 +49,14 @@ class _FromSources(Runner):
 
 
 class Relay(_FromSources):
-    """Kafka to Kafka."""
+    """Kafka to Kafka. `dry_run=True` (ktm check) creates no topic and starts no chore."""
 
     pipeline_class = RelayPipeline
+    pipeline: RelayPipeline
+
+    def __init__(self, cfg: Config, **kwargs: Any):
+        super().__init__(cfg, **kwargs)
+        self.pipeline.status = self.status  # group sync reads the acknowledged offsets
 
 
 class Backup(_FromSources):

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.test_relay_cli import topics_on
-from tests.support.kafka import create_topic, free_port, unique_topic
+from tests.support.kafka import create_topic, free_port, topic_names, unique_topic
 from tests.support.ktm_process import assert_one_error_line, run_ktm
 from tests.support.relay import topic_pair, write_config
 
@@ -98,4 +97,4 @@ def test_metrics_addr_in_use_exits_2(source_broker, target_broker, tmp_path):
     finally:
         busy.close()
     assert_one_error_line(run, 2, "[app].metrics_addr", f"127.0.0.1:{port}")
-    assert dst in topics_on(target_broker.bootstrap)  # and nothing else was touched
+    assert dst in topic_names(target_broker.bootstrap)  # and nothing else was touched

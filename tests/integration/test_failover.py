@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,9 +20,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient
 
-from relay.config import load_config
-from relay.engine.metrics import Metrics
-from relay.pipelines.jobs import Relay, RunSummary
+from tests.support.inprocess import Background
 from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
@@ -32,6 +29,7 @@ from tests.support.kafka import (
     produce,
     read_all,
     unique_topic,
+    wait_until,
 )
 from tests.support.relay import assert_exact_copy, attributed
 
@@ -94,57 +92,7 @@ def count(bootstrap: str, topic: str) -> int:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
-
-
-class Background:
-    """A failover relay on its own thread, stopped through its stop event like a signal would."""
-
-    def __init__(self, config: Path, stop_at_end: bool = False):
-        self.metrics = Metrics()
-        self.stop = threading.Event()
-        self.relay = Relay(
-            load_config(config),
-            stop_at_end=stop_at_end,
-            stop_event=self.stop,
-            metrics=self.metrics,
-            failover=True,
-        )
-        self.summary: RunSummary | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.relay.prepare()
-            self.summary = self.relay.run()
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            self.error = exc
-        finally:
-            self.relay.close()
-
-    def finish(self, timeout: float = 30) -> None:
-        self.stop.set()
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "relay did not stop within its timeout"
-
-    def failovers(self, reason: str | None = None) -> float:
-        total = 0.0
-        for metric in self.metrics.registry.collect():
-            if metric.name != "ktm_failovers":
-                continue
-            for sample in metric.samples:
-                if sample.name.endswith("_total") and reason in (None, sample.labels["reason"]):
-                    total += sample.value
-        return total
-
-    def active(self, node: str) -> float | None:
-        return self.metrics.registry.get_sample_value("ktm_active_node", {"node": node})
+    wait_until(predicate, timeout, what, every=0.2)
 
 
 @pytest.fixture

@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient
 
-from tests.support.kafka import Record, create_topic, free_port, produce, read_all, unique_topic
+from tests.support.kafka import (
+    Record,
+    create_topic,
+    free_port,
+    produce,
+    read_all,
+    topic_names,
+    unique_topic,
+)
 from tests.support.ktm_process import (
     SPARK_NOISE,
     assert_one_error_line,
@@ -41,14 +48,6 @@ from tests.support.relay import (
 )
 
 pytestmark = pytest.mark.timeout(170)
-
-
-def topics_on(bootstrap: str) -> set[str]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        return set(admin.list_topics())
-    finally:
-        admin.close()
 
 
 def assert_copied_without_duplicates(
@@ -173,7 +172,7 @@ def test_missing_destination_topic_fails_without_creating_it(
 
     assert_one_error_line(run, 1, dst)
     assert len(run.stderr.splitlines()) == 1, run.stderr
-    assert dst not in topics_on(target_broker.bootstrap)
+    assert dst not in topic_names(target_broker.bootstrap)
 
 
 def test_missing_source_topic_fails_without_creating_it(source_broker, target_broker, tmp_path):
@@ -190,8 +189,8 @@ def test_missing_source_topic_fails_without_creating_it(source_broker, target_br
 
     assert_one_error_line(run, 1, src, source_broker.bootstrap)
     assert len(run.stderr.splitlines()) == 1, run.stderr
-    assert src not in topics_on(source_broker.bootstrap)
-    assert src not in topics_on(target_broker.bootstrap)
+    assert src not in topic_names(source_broker.bootstrap)
+    assert src not in topic_names(target_broker.bootstrap)
 
 
 def test_unreachable_bootstrap_fails_within_30s_naming_the_address(

@@ -11,13 +11,20 @@ from tests.support.kafka import Record, produce
 
 class Feeder:
     """Record n has key ``k<n>``, a 100-byte value starting with n, a header ``n``, and goes to
-    partition n % partitions."""
+    partition n % partitions. With ``drop_every`` = k, the value of every k-th record starts
+    with "drop" instead (for tests/integration/filter_files/drop_marked.py)."""
 
     def __init__(
-        self, bootstrap: str, topic: str, partitions: int, per_batch: int = 60, pause: float = 0.05
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        per_batch: int = 60,
+        pause: float = 0.05,
+        drop_every: int = 0,
     ):
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.per_batch, self.pause = per_batch, pause
+        self.per_batch, self.pause, self.drop_every = per_batch, pause, drop_every
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -28,7 +35,9 @@ class Feeder:
             batch = [
                 Record(
                     key=b"k%d" % n,
-                    value=b"%08d" % n + b"." * 92,
+                    value=(b"drop" if self.drop_every and n % self.drop_every == 0 else b"")
+                    + b"%08d" % n
+                    + b"." * 92,
                     headers=[("n", b"%d" % n)],
                     partition=n % self.partitions,
                 )

@@ -223,12 +223,23 @@ def unique_topic(prefix: str = "ktm-test") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, every: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.05)
+        time.sleep(every)
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    """Every topic of the cluster (from the all-topics metadata, which creates nothing)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
 
 
 def describe_topic(bootstrap: str, topic: str) -> dict[str, Any] | None:
@@ -259,7 +270,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 4, *, timeout: flo
         admin.create_topics({name: {"num_partitions": partitions, "replication_factor": -1}})
     finally:
         admin.close()
-    _wait_until(
+    wait_until(
         lambda: _partitions_with_leader(bootstrap, name) == partitions,
         timeout,
         f"topic {name!r} shows {partitions} partitions with a leader on {bootstrap}",

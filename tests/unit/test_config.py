@@ -848,6 +848,48 @@ ERRORS = [
         id="filter-not-table",
     ),
     pytest.param("extra", "[app]\nspark = 1", ["[app].spark: unknown key"], id="spark-not-table"),
+    pytest.param(
+        "extra",
+        '[discover]\ninclude = ["orders(", "x"]',
+        ['[discover].include: item 1 "orders(" is not a regex: missing ), unterminated subpattern'],
+        id="discover-bad-regex",
+    ),
+    pytest.param(
+        "extra",
+        '[discover]\ninclude = [".*"]\nrename = "east.orders"',
+        ['[discover].rename: expected a topic name holding "{{topic}}" once', '"east.orders"'],
+        id="discover-rename-without-topic",
+    ),
+    pytest.param(
+        "extra",
+        '[discover]\nstart = "latest"',
+        ['[discover].start: expected one of beginning, end, got "latest"'],
+        id="discover-start",
+    ),
+    pytest.param(
+        "extra",
+        '[discover]\nfrom_target_prefix = "a b"',
+        ['[discover].from_target_prefix: expected a topic name prefix such as "east."'],
+        id="discover-prefix",
+    ),
+    pytest.param(
+        "extra",
+        '[groups]\ninclude = "billing"',
+        ['[groups].include: expected a list of non-empty strings, got "billing"'],
+        id="groups-not-a-list",
+    ),
+    pytest.param(
+        "extra",
+        '[groups]\ninterval = "100ms"',
+        ["[groups].interval: expected a duration >= 0.5s"],
+        id="groups-interval",
+    ),
+    pytest.param(
+        "target+",
+        "replication_factor = 0",
+        ["[target].replication_factor: expected -1 (the broker's default) or 1 to 32767, got 0"],
+        id="replication-factor",
+    ),
 ]
 
 
@@ -942,3 +984,19 @@ def test_cli_filter_id_must_not_clash(tmp_path: Path) -> None:
     message = load_error(tmp_path, text, cli_filters=(str(other),))
 
     assert message.startswith(f'--filter {other}: filter id "pii" is already used by')
+
+
+def test_discover_alone_chooses_the_topics(tmp_path: Path) -> None:
+    extra = '[discover]\ninclude = ["orders\\\\..*"]\nrename = "east.{topic}"\nstart = "END"'
+    config = load(tmp_path, make(topics="", extra=extra))
+
+    assert config.topics == ()
+    assert config.discover.include == ("orders\\..*",)
+    assert (config.discover.rename, config.discover.start) == ("east.{topic}", "end")
+
+
+def test_replication_factor_zero_is_refused_but_minus_one_means_the_brokers(tmp_path: Path) -> None:
+    config = load(tmp_path, make(target=f"{TARGET}\ncreate_topics = true\nreplication_factor = -1"))
+
+    assert config.need_target().create_topics and config.need_target().replication_factor == -1
+    assert "min.insync.replicas" in config.need_target().config_exclude

@@ -130,6 +130,14 @@ class FakePipeline:
     group_topics: tuple[str, ...] = ("t2",)
     sides: Any = None  # the fake engine runs no executor side
     where_calls: list[list[tuple[str, int]]] = field(default_factory=list)
+    found: Plan | None = None  # partitions "found while running", handed over once
+
+    def has_changes(self) -> bool:
+        return self.found is not None
+
+    def changes(self) -> Plan | None:
+        found, self.found = self.found, None
+        return found
 
     def plan(self, stop_at_end: bool, on_routes: Any) -> Plan:
         return Plan(list(ROUTES), dict.fromkeys(KEYS, 0), dict.fromkeys(KEYS, 100), self.stops)
@@ -176,6 +184,10 @@ class FakeMembership:
 
     def wait_assigned(self, stop: threading.Event) -> Assignment:
         return self._assignment
+
+    def rejoin(self, topics: Any, keys: list[tuple[str, int]]) -> None:
+        self.rejoined = list(keys)
+        self._assignment = Assignment(self._assignment.generation + 1, frozenset(keys), 2)
 
     def may_write(self) -> bool:
         return True
@@ -282,3 +294,23 @@ def test_only_the_partitions_this_process_owns_are_planned():
     planned = sorted(w.route.key for t in engine.rounds[0] for w in t.works)
     assert planned == owned
     assert run.status.snapshot().members == 2 and len(run.status.snapshot().owned) == 2
+
+
+def test_partitions_found_while_running_join_the_next_round_and_the_group():
+    new = PartitionRoute("u", 0, "u2", 0)
+    pipeline = FakePipeline(None)
+
+    def respond(tasks: list[Spec]) -> list[GroupResult]:
+        if tasks[0].round_id == 1:
+            pipeline.found = Plan([new], {new.key: 5}, {new.key: 10}, None)
+        else:
+            run.stop_event.set()
+        return [done(t, upto=10) for t in tasks]
+
+    run, engine = runner(respond, pipeline)
+    run.prepare()
+    run.run()
+    assert len(engine.rounds) == 2
+    starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.works}
+    assert starts[new.key] == 5 and len(starts) == 5
+    assert sorted(run.membership.rejoined) == sorted([*KEYS, new.key])

@@ -108,6 +108,17 @@ class Membership:
         self._closing.set()
         self._thread.join(timeout=10)
 
+    def rejoin(self, topics: Sequence[str], keys: Sequence[tuple[str, int]]) -> None:
+        """Leave, then join again to share other partitions (found while running). Members
+        agree on the partitions they share: until every one found the same, the leader's
+        plan holds and the others stand by (relay.clients.group)."""
+        self.close()
+        self._topics, self._keys = list(topics), list(keys)
+        self._assignment, self._member, self._error = None, None, None
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ktm-membership", daemon=True)
+        self._thread.start()
+
     # ---- the membership thread ----------------------------------------------------------------
 
     def _loop(self) -> None:

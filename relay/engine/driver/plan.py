@@ -25,25 +25,25 @@ def plan_routes(
     for route in routes:
         if route.source not in source_counts:
             raise KafkaSetupError(
-                f"[topics].{route.source}: source topic {route.source!r} does not exist "
-                f"on {source_name}"
+                f"{route.where}: source topic {route.source!r} does not exist on {source_name}"
             )
         if route.target not in target_counts:
             raise KafkaSetupError(
-                f"[topics].{route.source}: destination topic {route.target!r} does not exist on "
-                "the target (ktm never creates topics; create it with as many partitions as "
-                "the source)"
+                f"{route.where}: destination topic {route.target!r} does not exist on "
+                "the target (create it with as many partitions as the source, or set "
+                "[target].create_topics = true)"
             )
         n_source, n_target = source_counts[route.source], target_counts[route.target]
         if route.partition is None and n_target < n_source:
             raise KafkaSetupError(
-                f"[topics].{route.source}: destination {route.target!r} has {n_target} partitions, "
+                f"{route.where}: destination {route.target!r} has {n_target} partitions, "
                 f"fewer than the source's {n_source}; partition numbers are kept, so add "
-                f'partitions or map to a fixed one ("{route.target}:N")'
+                f"partitions ([target].create_topics = true does, where the broker can), or map "
+                f'to a fixed one ("{route.target}:N")'
             )
         if route.partition is not None and route.partition >= n_target:
             raise KafkaSetupError(
-                f'[topics].{route.source}: partition {route.partition} of "{route.target}" does '
+                f'{route.where}: partition {route.partition} of "{route.target}" does '
                 f"not exist (it has {n_target} partitions: 0..{n_target - 1})"
             )
         for p in range(n_source):

@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from relay.engine.channel import ControlServer, Report
-from relay.engine.driver.groups import Groups
+from relay.engine.driver.groups import Groups, Load, worth_replanning
 from relay.engine.driver.retry import RetriableRoundError
+from relay.engine.driver.status import PartitionRow
 from relay.engine.metrics import Metrics
 from relay.engine.spark import RoundJob
 from relay.errors import RelayError
-from relay.spec import GroupResult
+from relay.spec import GroupResult, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,22 @@ class Round:
 
     def failed(self) -> bool:
         return any(result.error is not None for result in self.finished_results())
+
+    def replan_pays(
+        self, rows: Mapping[SourcePartition, PartitionRow], pending: set[SourcePartition],
+        interval: float,
+    ) -> bool:  # fmt: skip
+        """Re-plan when a task is done (its slot idles) or every `interval`, and only if a
+        fresh plan finishes the work clearly sooner."""
+        now, finished = time.monotonic(), len(self.finished_results())
+        due = now - self.last_replan_check >= interval
+        if not (due or finished > self.replan_checked_finished):
+            return False
+        self.last_replan_check, self.replan_checked_finished = now, finished
+        live = [tuple(k for k in group if k in pending) for group in self.groups]
+        loads = {k: Load(k, rows[k].lag or 0, rows[k].rate) for k in pending}
+        rate = max(sum(row.rate for row in rows.values()) / max(len(live), 1), 1.0)
+        return worth_replanning(live, loads, len(self.groups), rate)
 
     def ask_to_stop(self, reason: str, channel: ControlServer) -> None:
         if self.stop_reason is None:

@@ -14,18 +14,18 @@ import logging
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from types import TracebackType
 
 from relay.clients.settings import is_retriable
 from relay.config import Config
 from relay.engine.channel import ControlServer, Report
 from relay.engine.driver.backend import SparkBackend
-from relay.engine.driver.groups import Groups, Load, group_index, plan_groups, worth_replanning
+from relay.engine.driver.groups import Groups, Load, group_index, plan_groups
 from relay.engine.driver.membership import Membership
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.engine.driver.rounds import TICK, Round, raise_for
 from relay.engine.driver.status import Status
+from relay.engine.driver.summary import RunSummary, summarize
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.engine.spark import Engine
@@ -35,20 +35,6 @@ from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartiti
 log = logging.getLogger(__name__)
 
 REVOKE_WAIT = 20.0  # seconds a rebalance waits for the round to stop before cancelling it
-
-
-@dataclass
-class RunSummary:
-    relayed: int = 0
-    filtered: int = 0
-    rounds: int = 0
-    elapsed: float = 0.0
-    spark_start: float = 0.0
-    first_record: float | None = None  # seconds from start to the first acknowledged record
-    slots: int = 0
-    rebalances: int = 0
-    stopped_by_signal: bool = False
-    next_offsets: dict[SourcePartition, int] = field(default_factory=dict)
 
 
 class Runner:
@@ -151,6 +137,7 @@ class Runner:
                 membership = self._join(self.routes)
                 membership.wait_assigned(self.stop_event)
             while not self.stop_event.is_set():
+                self._take_changes()
                 owned = self._owned()
                 todo = [r for r in self._pending() if owned is not None and r.key in owned]
                 if not todo:
@@ -360,6 +347,8 @@ class Runner:
             return "membership"
         if self.pipeline.wants_switch(self.status.next_offsets()):
             return "failover"
+        if self.pipeline.has_changes():
+            return "new partitions"
         if current.stalled():
             return "lost"
         if self._should_replan(current):
@@ -367,21 +356,22 @@ class Runner:
         return None
 
     def _should_replan(self, current: Round) -> bool:
-        """Re-plan when a task is done (its slot idles) or every rebalance_interval, and only
-        if a fresh plan finishes the work clearly sooner."""
-        now, finished = time.monotonic(), len(current.finished_results())
-        due = now - current.last_replan_check >= self.cfg.spark.rebalance_interval
-        if not (due or finished > current.replan_checked_finished):
-            return False
-        current.last_replan_check, current.replan_checked_finished = now, finished
-        rows = self.status.rows()
         pending = {r.key for r in self._pending()}
-        live = [tuple(k for k in group if k in pending) for group in current.groups]
-        loads = {k: Load(k, rows[k].lag or 0, rows[k].rate) for k in pending}
-        rate = max(sum(row.rate for row in rows.values()) / max(len(live), 1), 1.0)
-        return worth_replanning(live, loads, len(current.groups), rate)
+        return current.replan_pays(self.status.rows(), pending, self.cfg.spark.rebalance_interval)
 
     # ---- between rounds ---------------------------------------------------------------------
+
+    def _take_changes(self) -> None:
+        """Partitions found while running join the plan; the process rejoins its group with
+        them (the members must agree on the partitions they share)."""
+        plan = self.pipeline.changes()
+        if plan is None:
+            return
+        self.routes = self.routes + plan.routes
+        self.status.start(plan.routes, plan.next_offsets, plan.ends, None)
+        if self.membership is not None:
+            self._generation = None
+            self.membership.rejoin(self.pipeline.group_topics, [r.key for r in self.routes])
 
     def _resync(self, routes: list[PartitionRoute], why: str) -> None:
         """Learn where partitions really stand (records may have landed without their ack
@@ -411,17 +401,11 @@ class Runner:
         raise_for(failures, self.metrics)
 
     def _summarize(self) -> None:
-        snap = self.status.snapshot()
-        s = self.summary
-        s.elapsed = time.monotonic() - self._begun
-        s.stopped_by_signal = self.stop_event.is_set()
-        s.next_offsets = self.status.next_offsets()
-        s.relayed, s.filtered, s.rounds = snap.relayed, snap.filtered, self.status.rounds
-        s.spark_start, s.slots = self.backend.start_seconds, self.backend.engine_slots()
-        s.rebalances = self.membership.rebalances if self.membership is not None else 0
-        if self.status.first_ack_at is not None:
-            s.first_record = self.status.first_ack_at - self._begun
-            self.metrics.first_record.set(s.first_record)
+        members = self.membership
+        summarize(
+            self.summary, self.status, self.backend, members.rebalances if members else 0,
+            self.stop_event.is_set(), self._begun, self.metrics,
+        )  # fmt: skip
 
     def _round_policy(self, exc: BaseException | None) -> RetryPolicy:
         return policy_for(self.cfg, getattr(exc, "side", "target"))

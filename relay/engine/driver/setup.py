@@ -10,20 +10,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from relay.clients import admin
 from relay.clients.settings import describe, is_retriable
-from relay.config import Config, TargetConfig
+from relay.config import Config, TargetConfig, TopicRoute
 from relay.engine.driver.failover import SourcePool
 from relay.engine.driver.plan import plan_routes
 from relay.engine.driver.retry import policy_for, retrying
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Plan
 from relay.errors import KafkaSetupError, KtmError
-from relay.resume import destination_next_offsets, resume_points, source_offsets
-from relay.spec import PartitionRoute
+from relay.resume import (
+    ResumePoint,
+    SourceOffsets,
+    destination_next_offsets,
+    resume_points,
+    source_offsets,
+)
+from relay.spec import PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +47,22 @@ class Startup:
         return cfg.source_pool.request_timeout * 5 + 5
 
     def plan(
-        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None = None
+        self,
+        stop_at_end: bool,
+        on_routes: Callable[[list[PartitionRoute]], None] | None = None,
+        topics: Sequence[TopicRoute] | None = None,
     ) -> Plan:
+        """`topics`: the routes to plan (default: `[topics]`)."""
         cfg, target = self.cfg, self.cfg.need_target().cluster
-        names = [r.source for r in cfg.topics]
+        topics = cfg.topics if topics is None else topics
+        names = [r.source for r in topics]
         src_counts = self.call("source", lambda: self.pool.partition_counts(names, self.timeout))
         dst_counts = self.call(
             "target",
-            lambda: admin.partition_counts(target, [r.target for r in cfg.topics], self.timeout),
+            lambda: admin.partition_counts(target, [r.target for r in topics], self.timeout),
         )
         routes = plan_routes(
-            cfg.topics, src_counts, dst_counts, self.pool.describe_all(), describe(target)
+            topics, src_counts, dst_counts, self.pool.describe_all(), describe(target)
         )
         if on_routes is not None:
             on_routes(routes)
@@ -59,19 +70,26 @@ class Startup:
             "target", lambda: destination_next_offsets(target, routes, self.timeout)
         )
         self.call("source", lambda: self.pool.start([r.key for r in routes], at_destination))
+        points, offsets = self.resume(routes, at_destination)
+        stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
+        nexts = {key: point.next_offset for key, point in points.items()}
+        return Plan(routes, nexts, dict(offsets.end), stops)
+
+    def resume(
+        self, routes: list[PartitionRoute], at_destination: dict[SourcePartition, int]
+    ) -> tuple[dict[SourcePartition, ResumePoint], SourceOffsets]:
+        """Where each partition resumes, from the destination's tail (`at_destination`), the
+        relay group's committed offsets and the source's bounds."""
         source, keys = self.pool.active, [r.key for r in routes]
         # Offsets read at different moments are compared below, so the source's end is read
         # LAST: the destination and the committed offsets (which another member may be moving
         # right now) can then never be past it unless the topic really was recreated.
         committed = self.call(
             "source",
-            lambda: admin.committed_offsets(source, cfg.app.group_id, keys, self.timeout),
+            lambda: admin.committed_offsets(source, self.cfg.app.group_id, keys, self.timeout),
         )
         offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
-        points = resume_points(routes, offsets, at_destination, committed)
-        stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
-        nexts = {key: point.next_offset for key, point in points.items()}
-        return Plan(routes, nexts, dict(offsets.end), stops)
+        return resume_points(routes, offsets, at_destination, committed), offsets
 
     def fitted_target(self, topics: Iterable[str]) -> TargetConfig:
         """[target] as the tasks use it: `batch_size` lowered to the smallest max.message.bytes

@@ -169,6 +169,12 @@ class BackupPipeline(FromSources):
                 found[route.key] = Delivered(last[0].offset + 1, last[0])
         return found
 
+    def has_changes(self) -> bool:
+        return False
+
+    def changes(self) -> Plan | None:
+        return None
+
     def tick(self) -> None:
         """Snapshot the committed offsets of `[store].groups` every max_segment_age."""
         now = time.monotonic()

@@ -1,15 +1,26 @@
-"""The relay pipeline: Kafka to Kafka, resumed from the destination's provenance headers."""
+"""The relay pipeline: Kafka to Kafka, resumed from the destination's provenance headers.
+
+Besides the records it keeps up with the source while running: new topics matched by
+`[discover]` and partitions added to a source topic are found every `[discover].interval`
+(relay.pipelines.mirror.topics) and handed to the runner between rounds (`changes`), and the
+consumer groups of `[groups]` are carried over (relay.pipelines.mirror.group_sync).
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from relay.clients import admin
 from relay.config import Config
+from relay.engine.driver.status import Status
+from relay.engine.metrics import Metrics
 from relay.engine.pipeline import REPORT_INTERVAL, Plan
 from relay.pipelines.mirror.executor import RelaySides
+from relay.pipelines.mirror.group_sync import GroupResult, GroupSync
+from relay.pipelines.mirror.topics import TopicPlan, Topics
 from relay.pipelines.sources import FromSources
 from relay.resume import Delivered, delivered, destination_next_offsets
 from relay.spec import ChannelAddress, GroupTask, PartitionRoute, PartitionWork, SourcePartition
@@ -23,19 +34,37 @@ class RelayPipeline(FromSources):
     kind = "relay"
     sides = RelaySides
 
-    def __init__(self, cfg: Config, **kwargs: Any):
-        super().__init__(cfg, **kwargs)
+    def __init__(self, cfg: Config, *, metrics: Metrics, dry_run: bool = False, **kwargs: Any):
+        super().__init__(cfg, metrics=metrics, **kwargs)
         self.coordinator = cfg.need_target().cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
         self.target = cfg.need_target()  # with batch_size fitted to the destination at plan
+        self.metrics, self.dry_run = metrics, dry_run
+        self.status: Status | None = None  # the runner's (set by relay.pipelines.jobs)
+        self.topics = Topics(cfg, lambda: self.pool.active, self.startup.call, metrics,
+                             self.timeout)  # fmt: skip
+        self.topic_plan: TopicPlan | None = None
+        self.groups = GroupSync(cfg, lambda: self.pool.active, lambda: self.routes,
+                                self._progress, self._may_sync, metrics)  # fmt: skip
+        self._found: list[PartitionRoute] = []  # partitions found, not yet handed over
+        self._found_plan: Plan | None = None
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._discovery = threading.Thread(target=self._discover, name="ktm-discovery",
+                                           daemon=True)  # fmt: skip
+        self._follow = False  # look for new topics and partitions (not with --stop-at-end)
 
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
     ) -> Plan:
-        plan = self.startup.plan(stop_at_end, on_routes)
+        self.topic_plan = self.topics.resolve(dry_run=self.dry_run)
+        topics = self.topic_plan.routes
+        self.group_topics = sorted({r.target for r in topics})
+        plan = self.startup.plan(stop_at_end, on_routes, topics)
         self.routes = plan.routes
         self.target = self.startup.fitted_target({r.target_topic for r in plan.routes})
+        self._follow = not stop_at_end and not self.dry_run
         return plan
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
@@ -84,4 +113,99 @@ class RelayPipeline(FromSources):
         return delivered(self.cfg.need_target().cluster, self.routes, self.timeout)
 
     def tick(self) -> None:
-        pass
+        """The first tick starts the background chores: they need a running relay."""
+        if self._follow and not self._discovery.is_alive() and not self._stopping.is_set():
+            self._discovery.start()
+        if self.cfg.groups.include and not self._stopping.is_set():
+            self.groups.start()
+
+    def has_changes(self) -> bool:
+        return self._found_plan is not None
+
+    def changes(self) -> Plan | None:
+        """Partitions found while running, with where each starts; taken once."""
+        with self._lock:
+            plan, self._found_plan = self._found_plan, None
+            if plan is None:
+                return None
+            self.routes = self.routes + plan.routes
+            self.group_topics = sorted({r.target_topic for r in self.routes})
+        self.pool.monitor.keys = [r.key for r in self.routes]
+        return plan
+
+    def group_plan(self) -> list[GroupResult]:
+        """What a sync would commit now (ktm check)."""
+        return self.groups.translate(commit=False) if self.cfg.groups.include else []
+
+    def close(self) -> None:
+        self._stopping.set()
+        self.groups.close()
+        if self._discovery.is_alive():
+            self._discovery.join(timeout=self.timeout + 5)
+        super().close()
+
+    # ---- background -------------------------------------------------------------------
+
+    def _discover(self) -> None:
+        while not self._stopping.wait(self.cfg.discover.interval):
+            try:
+                self._look_for_partitions()
+            except Exception as exc:  # noqa: BLE001 - looked for again at the next interval
+                log.warning("looking for new topics and partitions failed: %s", exc)
+
+    def _look_for_partitions(self) -> None:
+        with self._lock:
+            pending = self._found_plan.routes if self._found_plan else []
+            known = {r.key for r in self.routes + pending}
+        found = self.topics.new_partitions(known)
+        if not found:
+            return
+        target = self.cfg.need_target().cluster
+        at_destination = self.startup.call(
+            "target", lambda: destination_next_offsets(target, found, self.timeout)
+        )
+        points, offsets = self.startup.resume(found, at_destination)
+        topics = {key[0] for key in known}
+        nexts = {}
+        for route in found:
+            point = points[route.key]
+            fresh = route.topic not in topics and point.reason == "beginning"
+            at_end = fresh and self.cfg.discover.start == "end"
+            nexts[route.key] = offsets.end[route.key] if at_end else point.next_offset
+        self._remember_start(found, nexts, topics)
+        self.metrics.partitions_found.inc(len(found))
+        log.info(
+            "found %d new partition(s) to relay: %s",
+            len(found),
+            ", ".join(f"{r.topic}[{r.partition}]->{r.target_topic}[{r.target_partition}]@"
+                      f"{nexts[r.key]}" for r in found),
+        )  # fmt: skip
+        with self._lock:
+            earlier = self._found_plan
+            routes = (earlier.routes if earlier else []) + found
+            merged = {**(earlier.next_offsets if earlier else {}), **nexts}
+            ends = {**(earlier.ends if earlier else {}), **offsets.end}
+            self._found_plan = Plan(routes, merged, ends, None)
+
+    def _remember_start(
+        self, found: list[PartitionRoute], nexts: dict[SourcePartition, int], topics: set[str]
+    ) -> None:
+        """`start = "end"`: the relay group's offset on the source remembers where a new topic
+        starts, so a restart before its first record resumes there, not at its beginning."""
+        if self.cfg.discover.start != "end":
+            return
+        fresh = {r.key: nexts[r.key] for r in found if r.topic not in topics}
+        if fresh:
+            group = self.cfg.app.group_id
+            self.startup.call(
+                "source",
+                lambda: admin.commit_group(self.pool.active, group, fresh, self.timeout),
+            )
+
+    def _progress(self) -> dict[SourcePartition, int]:
+        return self.status.next_offsets() if self.status is not None else {}
+
+    def _may_sync(self) -> bool:
+        """One process of the group syncs: the one that owns the first partition."""
+        owned = self.status.owned if self.status is not None else None
+        return owned is None or (bool(self.routes) and min(r.key for r in self.routes) in owned)

@@ -199,6 +199,12 @@ class RestorePipeline:
     def views(self) -> list[Any]:
         return []
 
+    def has_changes(self) -> bool:
+        return False
+
+    def changes(self) -> Plan | None:
+        return None
+
     def tick(self) -> None:
         pass
 

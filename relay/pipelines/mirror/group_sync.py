@@ -1,0 +1,230 @@
+"""Consumer groups carried over while relaying (`[groups]`), exactly.
+
+Every `[groups].interval` the driver reads each carried group's committed offsets on the source
+and commits on the target, for each destination partition, the offset of the first copy of a
+record at or after the committed source offset (relay.translation: found through provenance,
+never approximated). A consumer that stops on the source and starts on the target after the
+next sync reads no record twice and skips none; one that starts earlier re-reads what it
+committed since the last sync, and skips nothing.
+
+The rules:
+- The relay's own progress is read before the destination's end. A group whose committed offset
+  has no copy yet is translated to that end only when the relay had passed the offset (the
+  records in between were dropped by a filter); otherwise the partition waits for the next sync.
+- Several source partitions in one destination partition (`dest:N`) get the smallest of their
+  translations: the consumer may re-read a few records of the others, never skip one.
+- A target group is never moved backwards, and nothing is committed for a group that has
+  members on the target (its consumers moved there and commit for themselves).
+- One process of a group of ktm processes syncs: the one that owns the first partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+
+from relay.clients import admin
+from relay.config import ClusterConfig, Config
+from relay.engine.metrics import Metrics
+from relay.selection import carried_groups
+from relay.spec import PartitionRoute, SourcePartition
+from relay.translation import TP, Translator
+
+log = logging.getLogger(__name__)
+
+AGE_EVERY = 1.0  # seconds between updates of the sync-age gauges
+
+
+@dataclass(frozen=True)
+class Translated:
+    dest: TP
+    offset: int | None  # None: the relay has not reached the group's committed offset yet
+    end: int  # the destination partition's end when it was searched
+    before: int | None  # the group's committed offset on the target before this sync
+    sources: tuple[tuple[SourcePartition, int], ...]  # the group's committed source offsets
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    group: str
+    read_at: float  # unix time the group's source offsets were read
+    partitions: tuple[Translated, ...]
+    members: int  # members on the target: nothing is committed while there are any
+    committed: int = 0  # destination partitions committed by this sync
+
+    @property
+    def complete(self) -> bool:
+        return self.members == 0 and all(p.offset is not None for p in self.partitions)
+
+
+class GroupSync:
+    def __init__(
+        self,
+        cfg: Config,
+        source: Callable[[], ClusterConfig],
+        routes: Callable[[], Sequence[PartitionRoute]],
+        progress: Callable[[], Mapping[SourcePartition, int]],
+        may_sync: Callable[[], bool],
+        metrics: Metrics,
+    ):
+        self.cfg, self.metrics = cfg, metrics
+        self.target = cfg.need_target().cluster
+        self.timeout = cfg.need_target().request_timeout
+        self._source, self._routes, self._progress = source, routes, progress
+        self._may_sync = may_sync
+        self._last: dict[str, GroupResult] = {}  # each group's last complete sync
+        self._active: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ktm-groups", daemon=True)
+
+    def start(self) -> None:
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.timeout + 5)
+
+    def translate(self, commit: bool) -> list[GroupResult]:
+        """One sync: every carried group's translation, committed on the target if `commit`."""
+        cfg, source = self.cfg, self._source()
+        routes = list(self._routes())
+        found = admin.list_groups(source, self.timeout)
+        groups = carried_groups(cfg.groups.include, cfg.groups.exclude, cfg.app.group_id, found)
+        if not groups:
+            return []
+        read_at = time.time()
+        on_source = admin.groups_committed(source, groups, self.timeout)
+        progress = self._relay_progress(source, routes)  # read before the destination's ends
+        on_target = admin.groups_committed(self.target, groups, self.timeout)
+        by_dest: dict[TP, list[SourcePartition]] = {}
+        for route in routes:
+            by_dest.setdefault((route.target_topic, route.target_partition), []).append(route.key)
+        wanted = sorted(
+            {d for g in groups for d, keys in by_dest.items() if _any(on_source[g], keys)}
+        )
+        with closing(Translator(self.target, self.timeout)) as translator:
+            bounds = translator.bounds(wanted) if wanted else {}
+            results = []
+            for group in groups:
+                parts = tuple(
+                    self._translated(translator, dest, keys, on_source[group], progress, bounds,
+                                     on_target[group].get(dest))
+                    for dest, keys in sorted(by_dest.items())
+                    if _any(on_source[group], keys)
+                )  # fmt: skip
+                members = admin.group_members(self.target, group, self.timeout)
+                results.append(GroupResult(group, read_at, parts, members))
+        return [self._commit(r) for r in results] if commit else results
+
+    def _relay_progress(
+        self, source: ClusterConfig, routes: list[PartitionRoute]
+    ) -> dict[SourcePartition, int]:
+        """Where the relay stands on each source partition: this process's acknowledged next
+        offsets, or the relay group's commits (other processes relay the rest)."""
+        keys = [r.key for r in routes]
+        committed = admin.committed_offsets(source, self.cfg.app.group_id, keys, self.timeout)
+        mine = self._progress()
+        return {k: max(mine.get(k, -1), committed.get(k) or -1) for k in keys}
+
+    @staticmethod
+    def _translated(
+        translator: Translator,
+        dest: TP,
+        keys: list[SourcePartition],
+        on_source: dict[TP, int],
+        progress: dict[SourcePartition, int],
+        bounds: dict[TP, tuple[int, int]],
+        before: int | None,
+    ) -> Translated:
+        sources = tuple((key, on_source[key]) for key in keys if key in on_source)
+        end, offset = bounds[dest][1], None
+        for key, committed in sources:
+            found = translator.first_copy(dest, key, committed, bounds[dest])
+            if found == end and progress.get(key, -1) < committed:
+                return Translated(dest, None, end, before, sources)  # not relayed that far yet
+            offset = found if offset is None else min(offset, found)
+        return Translated(dest, offset, end, before, sources)
+
+    def _commit(self, result: GroupResult) -> GroupResult:
+        if result.members:
+            return result
+        moved = {
+            p.dest: p.offset
+            for p in result.partitions
+            if p.offset is not None and (p.before is None or p.offset > p.before)
+        }
+        if moved:
+            admin.commit_group(self.target, result.group, moved, self.timeout)
+        return GroupResult(result.group, result.read_at, result.partitions, 0, len(moved))
+
+    # ---- the sync thread ----------------------------------------------------------------
+
+    def _loop(self) -> None:
+        interval = self.cfg.groups.interval
+        next_sync = time.monotonic()
+        while not self._stop.wait(min(AGE_EVERY, max(0.0, next_sync - time.monotonic()))):
+            if time.monotonic() >= next_sync:
+                next_sync = time.monotonic() + interval
+                self._sync_once()
+            self._publish_ages()
+
+    def _sync_once(self) -> None:
+        if not self._may_sync():
+            return
+        try:
+            results = self.translate(commit=True)
+        except Exception as exc:  # noqa: BLE001 - the next interval tries again
+            log.warning("group sync failed (next try in %gs): %s", self.cfg.groups.interval, exc)
+            return
+        for result in results:
+            self._report(result)
+        self.metrics.groups_synced.set(sum(1 for r in self._last.values() if r.complete))
+
+    def _report(self, result: GroupResult) -> None:
+        m, group = self.metrics, result.group
+        m.group_active.labels(group).set(1 if result.members else 0)
+        if result.members and group not in self._active:
+            log.warning(
+                "group %s has %d member(s) on the target: ktm no longer commits its offsets "
+                "there (its consumers moved; they commit for themselves)",
+                group,
+                result.members,
+            )
+        self._active = (self._active | {group}) if result.members else (self._active - {group})
+        for part in result.partitions:
+            if part.offset is not None:
+                m.group_trailing.labels(group, part.dest[0], str(part.dest[1])).set(
+                    part.end - part.offset
+                )
+        if not result.complete:
+            waiting = [p.dest for p in result.partitions if p.offset is None]
+            if waiting:
+                log.debug("group %s: the relay has not reached its offsets on %s", group, waiting)
+            return
+        first = group not in self._last
+        self._last[group] = result
+        m.group_sync_time.labels(group).set(result.read_at)
+        if result.committed or first:
+            log.info(
+                "group %s synced: %d partition(s) committed on the target, from source offsets "
+                "read at %s",
+                group,
+                result.committed,
+                time.strftime("%H:%M:%S", time.localtime(result.read_at))
+                + f".{int(result.read_at * 1000) % 1000:03d}",
+            )
+
+    def _publish_ages(self) -> None:
+        now = time.time()
+        for group, result in self._last.items():
+            self.metrics.group_sync_age.labels(group).set(now - result.read_at)
+
+
+def _any(committed: dict[TP, int], keys: list[SourcePartition]) -> bool:
+    return any(key in committed for key in keys)

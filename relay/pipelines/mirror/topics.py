@@ -1,0 +1,200 @@
+"""The relay's topics: which source topics it takes (`[topics]`, `[discover]` patterns), and
+their destination topics, created or grown when `[target].create_topics` allows it.
+
+At start every problem is an error (a missing destination names the key that would fix it).
+While running, topics and partitions are looked for every `[discover].interval`; one that cannot
+be relayed yet (its destination is missing and ktm may not create it, or too small) is logged
+once and looked at again at the next interval: nothing is lost by waiting, it starts from the
+beginning (or where `[discover].start` says) once it can.
+
+Brokers that do not implement an admin call (Tansu: DescribeConfigs answers nothing,
+CreatePartitions is missing) get one log line and ktm goes on with what works.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from relay.clients import admin
+from relay.clients.settings import describe
+from relay.config import ClusterConfig, Config, TopicRoute
+from relay.engine.driver.plan import plan_routes
+from relay.engine.metrics import Metrics
+from relay.errors import KafkaSetupError
+from relay.selection import matches, select_routes
+from relay.spec import PartitionRoute
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Call = Callable[[str, Callable[[], Any]], Any]  # Startup.call: retries, one clear error
+
+
+@dataclass(frozen=True)
+class Creation:
+    topic: str
+    partitions: int
+    configs: tuple[tuple[str, str], ...]  # copied from the source topic
+    source: str  # the source topic it copies
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    routes: tuple[TopicRoute, ...]  # the routes to relay now
+    source_counts: dict[str, int]  # every source topic's partition count
+    created: tuple[Creation, ...]  # destinations created (dry run: that would be)
+    grown: tuple[tuple[str, int, int], ...]  # (destination, partitions, partitions wanted)
+    held: tuple[TopicRoute, ...] = ()  # dry run: routes whose destination would be created
+
+
+class Topics:
+    def __init__(
+        self,
+        cfg: Config,
+        source: Callable[[], ClusterConfig],
+        call: Call,
+        metrics: Metrics,
+        timeout: float,
+    ):
+        self.cfg, self.metrics, self.timeout = cfg, metrics, timeout
+        self.target = cfg.need_target()
+        self._source, self._call = source, call
+        self._said: set[str] = set()  # log lines already written once
+
+    def resolve(self, dry_run: bool = False) -> TopicPlan:
+        """The routes and what their destinations need; with `dry_run`, nothing is created."""
+        src = self._call("source", lambda: admin.all_partition_counts(self._source(), self.timeout))
+        routes = select_routes(self.cfg.topics, self.cfg.discover, src)
+        dst = self._call(
+            "target", lambda: admin.all_partition_counts(self.target.cluster, self.timeout)
+        )
+        wanted = needed_partitions(routes, src)
+        missing = {d: n for d, n in wanted.items() if d not in dst}
+        small = tuple((d, dst[d], n) for d, n in sorted(wanted.items()) if d in dst and dst[d] < n)
+        if not self.target.create_topics:
+            return TopicPlan(routes, src, (), ())
+        creations = tuple(self._creation(d, n, routes) for d, n in sorted(missing.items()))
+        if dry_run:
+            held = tuple(r for r in routes if r.target in missing)
+            kept = tuple(r for r in routes if r.target not in missing)
+            return TopicPlan(kept, src, creations, small, held)
+        self._create(creations)
+        grown = self._grow(small)
+        return TopicPlan(routes, src, creations, grown)
+
+    def new_partitions(self, known: set[tuple[str, int]]) -> list[PartitionRoute]:
+        """Partitions of the source not in `known` that can be relayed now (their destination
+        exists, created or grown first where allowed); the others are logged once."""
+        plan = self.resolve()
+        found: list[PartitionRoute] = []
+        dst = admin.partition_counts(
+            self.target.cluster, {r.target for r in plan.routes}, self.timeout
+        )
+        src = describe(self._source())
+        for route in plan.routes:
+            if all(
+                (route.source, p) in known for p in range(plan.source_counts.get(route.source, 0))
+            ):
+                continue
+            try:
+                planned = plan_routes([route], plan.source_counts, dst, src, "the target")
+            except KafkaSetupError as exc:
+                self._once(str(exc), f"{exc}; relayed once that is fixed (looked at again every "
+                           f"{self.cfg.discover.interval:g}s)")  # fmt: skip
+                continue
+            found.extend(r for r in planned if r.key not in known)
+        return found
+
+    def _creation(self, dest: str, partitions: int, routes: tuple[TopicRoute, ...]) -> Creation:
+        source = next(r.source for r in routes if r.target == dest)
+        return Creation(dest, partitions, tuple(sorted(self._configs(source).items())), source)
+
+    def _configs(self, topic: str) -> dict[str, str]:
+        """The configs set on the source topic that `[target]` says to copy."""
+        try:
+            found = admin.set_topic_configs(self._source(), [topic], self.timeout).get(topic, {})
+        except Exception as exc:  # noqa: BLE001 - the topic is created without them
+            self._once("configs", f"source does not describe topic configs ({exc}): created "
+                       "topics get the target's defaults")  # fmt: skip
+            return {}
+        if not found:
+            self._once("no-configs", "source describes no config set on its topics (Tansu "
+                       "answers DescribeConfigs with nothing): created topics get the target's "
+                       "defaults")  # fmt: skip
+        include = [_literal(n) for n in self.target.config_include] or [".*"]
+        exclude = [_literal(n) for n in self.target.config_exclude]
+        return {name: value for name, value in found.items() if matches(include, exclude, name)}
+
+    def _create(self, creations: tuple[Creation, ...]) -> None:
+        for creation in creations:
+            try:
+                self._call("target", self._creator(creation))
+            except KafkaSetupError as exc:
+                if "TopicAlreadyExists" not in str(exc):  # another ktm process was first
+                    raise KafkaSetupError(
+                        f"[target].create_topics: creating {creation.topic!r}: {exc}"
+                    ) from exc
+            self.metrics.topics_created.inc()
+            log.info(
+                "created destination topic %s: %d partitions, replication factor %s, configs "
+                "%s (from source topic %s)",
+                creation.topic,
+                creation.partitions,
+                self.target.replication_factor if self.target.replication_factor > 0
+                else "of the broker",
+                dict(creation.configs) or "none",
+                creation.source,
+            )  # fmt: skip
+
+    def _creator(self, creation: Creation) -> Callable[[], None]:
+        def create() -> None:
+            admin.create_topics(
+                self.target.cluster,
+                {creation.topic: creation.partitions},
+                self.timeout,
+                self.target.replication_factor,
+                {creation.topic: dict(creation.configs)},
+            )
+
+        return create
+
+    def _grow(self, small: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, int, int], ...]:
+        grown = []
+        for dest, has, wanted in small:
+            try:
+                admin.grow_partitions(self.target.cluster, {dest: wanted}, self.timeout)
+            except admin.Unsupported as exc:
+                self._once(f"grow {dest}", f"destination {dest} keeps {has} partitions, fewer "
+                           f"than the {wanted} its source has: {exc}")  # fmt: skip
+                continue
+            log.info("destination topic %s grown from %d to %d partitions", dest, has, wanted)
+            grown.append((dest, has, wanted))
+        return tuple(grown)
+
+    def _once(self, key: str, line: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.warning("%s", line)
+
+
+def needed_partitions(
+    routes: tuple[TopicRoute, ...], source_counts: dict[str, int]
+) -> dict[str, int]:
+    """The partitions each destination needs: its sources' counts (partition numbers are
+    kept), or the fixed partition + 1 of a "dest:N" route."""
+    wanted: dict[str, int] = {}
+    for route in routes:
+        if route.source not in source_counts:
+            continue
+        count = source_counts[route.source] if route.partition is None else route.partition + 1
+        wanted[route.target] = max(wanted.get(route.target, 0), count)
+    return wanted
+
+
+def _literal(name: str) -> str:
+    """config_include and config_exclude hold config names, not patterns."""
+    return re.escape(name)

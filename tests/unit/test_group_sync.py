@@ -1,0 +1,149 @@
+"""The group sync's rules (relay.pipelines.mirror.group_sync) behind the admin seam: exact
+translation, waiting for the relay, filtered records, fan-in, never backwards, hands off groups
+with members on the target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from relay.config import (
+    AppConfig,
+    ClusterConfig,
+    Config,
+    GroupsConfig,
+    SourcePoolConfig,
+    SparkConfig,
+    TargetConfig,
+    TopicRoute,
+)
+from relay.engine.metrics import Metrics
+from relay.pipelines.mirror import group_sync
+from relay.pipelines.mirror.group_sync import GroupSync
+from relay.spec import PartitionRoute
+
+SOURCE, TARGET = ClusterConfig("src", ("s:1",)), ClusterConfig("target", ("t:1",))
+Copy = tuple[int, tuple[str, int], int]  # (destination offset, source partition, source offset)
+
+
+class FakeTranslator:
+    """Destination partitions as lists of copies; searches by brute force."""
+
+    def __init__(self, copies: dict[tuple[str, int], list[Copy]]):
+        self.copies = copies
+
+    def bounds(self, dests: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        return {d: (0, len(self.copies.get(d, []))) for d in dests}
+
+    def first_copy(self, dest: Any, source: Any, offset: int, bounds: tuple[int, int]) -> int:
+        later = [d for d, key, o in self.copies.get(dest, []) if key == source and o >= offset]
+        return min(later, default=bounds[1])
+
+    def close(self) -> None:
+        pass
+
+
+class FakeAdmin:
+    def __init__(self, on_source: dict[str, dict], on_target: dict[str, dict], relay: dict,
+                 members: int = 0):  # fmt: skip
+        self.on_source, self.on_target, self.relay, self.members = (
+            on_source,
+            on_target,
+            relay,
+            members,
+        )
+        self.commits: list[tuple[str, dict]] = []
+
+    def list_groups(self, cluster: Any, timeout: float) -> list[str]:
+        return sorted(self.on_source) + ["ktm"]
+
+    def groups_committed(self, cluster: Any, groups: Any, timeout: float) -> dict:
+        found = self.on_source if cluster is SOURCE else self.on_target
+        return {g: dict(found.get(g, {})) for g in groups}
+
+    def committed_offsets(self, cluster: Any, group: str, keys: Any, timeout: float) -> dict:
+        return {k: self.relay.get(k) for k in keys}
+
+    def group_members(self, cluster: Any, group: str, timeout: float) -> int:
+        return self.members
+
+    def commit_group(self, cluster: Any, group: str, offsets: dict, timeout: float) -> None:
+        self.commits.append((group, offsets))
+
+
+def sync(monkeypatch: pytest.MonkeyPatch, fake: FakeAdmin, copies: dict, routes: list,
+         progress: dict | None = None) -> list[Any]:  # fmt: skip
+    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(copies))
+    cfg = Config(
+        path="x.toml", app=AppConfig(metrics_addr=None), spark=SparkConfig(),
+        topics=(TopicRoute("t", "d"),), sources=(SOURCE,), source_pool=SourcePoolConfig(),
+        target=TargetConfig(TARGET), filters=(), groups=GroupsConfig(include=("g",)),
+    )  # fmt: skip
+    syncer = GroupSync(cfg, lambda: SOURCE, lambda: routes, lambda: progress or {},
+                       lambda: True, Metrics())  # fmt: skip
+    return syncer.translate(commit=True)
+
+
+ROUTES = [PartitionRoute("t", p, "d", p) for p in range(2)]
+# t[0] offsets 0..9 copied to d[0] at 0..9 except 3 and 4 (filtered); t[1] 0..4 to d[1].
+COPIES = {
+    ("d", 0): [(i, ("t", 0), o) for i, o in enumerate([0, 1, 2, 5, 6, 7, 8, 9])],
+    ("d", 1): [(o, ("t", 1), o) for o in range(5)],
+}
+
+
+def test_each_committed_offset_becomes_the_offset_of_its_first_copy(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 5, ("t", 1): 2}}, {}, {("t", 0): 10, ("t", 1): 5})
+    [result] = sync(monkeypatch, fake, COPIES, ROUTES)
+    assert fake.commits == [("g", {("d", 0): 3, ("d", 1): 2})]
+    assert result.complete and result.committed == 2
+
+
+def test_a_commit_on_filtered_records_lands_on_the_next_copy_or_the_end(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 3}}, {}, {("t", 0): 10})
+    sync(monkeypatch, fake, COPIES, ROUTES)
+    assert fake.commits == [("g", {("d", 0): 3})]  # offset 3 was dropped: the copy of 5
+    fake = FakeAdmin({"g": {("t", 0): 10}}, {}, {("t", 0): 12})  # read all; 10, 11 dropped
+    sync(monkeypatch, fake, COPIES, ROUTES)
+    assert fake.commits == [("g", {("d", 0): 8})]  # the destination's end
+
+
+def test_a_partition_waits_while_the_relay_is_behind_the_group(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 12, ("t", 1): 2}}, {}, {("t", 0): 10, ("t", 1): 5})
+    [result] = sync(monkeypatch, fake, COPIES, ROUTES)
+    assert fake.commits == [("g", {("d", 1): 2})]
+    assert not result.complete
+
+
+def test_this_processs_acknowledged_offsets_count_as_the_relays_progress(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 12}}, {}, {("t", 0): 10})
+    sync(monkeypatch, fake, COPIES, ROUTES, progress={("t", 0): 12})
+    assert fake.commits == [("g", {("d", 0): 8})]
+
+
+def test_fan_in_takes_the_smallest_translation(monkeypatch):
+    routes = [PartitionRoute("t", p, "d", 0) for p in range(2)]
+    copies = {("d", 0): [(0, ("t", 0), 0), (1, ("t", 1), 0), (2, ("t", 0), 1), (3, ("t", 1), 1)]}
+    fake = FakeAdmin({"g": {("t", 0): 1, ("t", 1): 2}}, {}, {("t", 0): 2, ("t", 1): 2})
+    sync(monkeypatch, fake, copies, routes)
+    assert fake.commits == [("g", {("d", 0): 2})]  # t[0]'s copy at 2; t[1] is at the end (4)
+
+
+def test_a_target_group_is_never_moved_backwards(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 5, ("t", 1): 2}}, {"g": {("d", 0): 6, ("d", 1): 1}},
+                     {("t", 0): 10, ("t", 1): 5})  # fmt: skip
+    sync(monkeypatch, fake, COPIES, ROUTES)
+    assert fake.commits == [("g", {("d", 1): 2})]
+
+
+def test_a_group_with_members_on_the_target_is_left_alone(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 5}}, {}, {("t", 0): 10}, members=2)
+    [result] = sync(monkeypatch, fake, COPIES, ROUTES)
+    assert fake.commits == [] and result.members == 2 and not result.complete
+
+
+def test_only_the_groups_asked_for_are_read(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 5}, "other": {("t", 0): 1}}, {}, {("t", 0): 10})
+    assert [r.group for r in sync(monkeypatch, fake, COPIES, ROUTES)] == ["g"]

@@ -1,0 +1,145 @@
+"""Destination topics (relay.pipelines.mirror.topics) behind the admin seam: created with the
+source's partitions and copied configs, grown, and what happens where a broker lacks the call
+(Tansu has no CreatePartitions and describes no configs: the real brokers cannot show it)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from relay.clients.admin import Unsupported
+from relay.config import (
+    AppConfig,
+    ClusterConfig,
+    Config,
+    DiscoverConfig,
+    SourcePoolConfig,
+    SparkConfig,
+    TargetConfig,
+    TopicRoute,
+)
+from relay.engine.metrics import Metrics
+from relay.errors import KafkaSetupError
+from relay.pipelines.mirror import topics as topics_module
+from relay.pipelines.mirror.topics import Topics
+
+SOURCE = ClusterConfig("src", ("s:1",))
+
+
+class FakeAdmin:
+    Unsupported = Unsupported
+
+    def __init__(self, source: dict[str, int], target: dict[str, int], configs: dict | None = None,
+                 can_grow: bool = True):  # fmt: skip
+        self.source, self.target, self.configs, self.can_grow = source, target, configs, can_grow
+        self.created: list[tuple[dict, int, dict]] = []
+        self.grown: list[dict] = []
+
+    def all_partition_counts(self, cluster: Any, timeout: float) -> dict[str, int]:
+        return dict(self.source if cluster is SOURCE else self.target)
+
+    def partition_counts(self, cluster: Any, topics: Any, timeout: float) -> dict[str, int]:
+        return {t: n for t, n in self.all_partition_counts(cluster, timeout).items() if t in topics}
+
+    def set_topic_configs(self, cluster: Any, topics: Any, timeout: float) -> dict:
+        if self.configs is None:
+            raise Unsupported("the broker does not implement DescribeConfigs")
+        return {t: self.configs.get(t, {}) for t in topics}
+
+    def create_topics(self, cluster: Any, topics: dict, timeout: float, rf: int, configs: dict):
+        self.created.append((topics, rf, configs))
+        self.target.update(topics)
+
+    def grow_partitions(self, cluster: Any, counts: dict, timeout: float) -> None:
+        if not self.can_grow:
+            raise Unsupported("the broker does not implement CreatePartitions")
+        self.grown.append(counts)
+        self.target.update(counts)
+
+
+def manager(monkeypatch: pytest.MonkeyPatch, fake: FakeAdmin, named: tuple = (),
+            create: bool = True, **discover: Any) -> Topics:  # fmt: skip
+    monkeypatch.setattr(topics_module, "admin", fake)
+    cluster, exclude = ClusterConfig("target", ("t:1",)), ("min.insync.replicas",)
+    target = TargetConfig(cluster, create_topics=create, replication_factor=3,
+                          config_exclude=exclude)  # fmt: skip
+    cfg = Config(
+        path="x.toml", app=AppConfig(metrics_addr=None), spark=SparkConfig(), topics=named,
+        sources=(SOURCE,), source_pool=SourcePoolConfig(), target=target, filters=(),
+        discover=DiscoverConfig(**discover),
+    )  # fmt: skip
+    return Topics(cfg, lambda: SOURCE, lambda side, fn: fn(), Metrics(), 1.0)
+
+
+def test_a_missing_destination_is_created_like_its_source(monkeypatch):
+    configs = {"orders": {"retention.ms": "60000", "min.insync.replicas": "2"}}
+    fake = FakeAdmin({"orders": 6}, {}, configs)
+    plan = manager(monkeypatch, fake, include=("orders",), rename="east.{topic}").resolve()
+    assert fake.created == [({"east.orders": 6}, 3, {"east.orders": {"retention.ms": "60000"}})]
+    assert [r.target for r in plan.routes] == ["east.orders"]
+
+
+def test_a_dry_run_creates_nothing_and_says_what_it_would(monkeypatch):
+    fake = FakeAdmin({"orders": 6, "payments": 2}, {"payments": 2}, {})
+    plan = manager(monkeypatch, fake, include=(".*",)).resolve(dry_run=True)
+    assert fake.created == [] and [c.topic for c in plan.created] == ["orders"]
+    assert [r.source for r in plan.routes] == ["payments"]
+    assert [r.source for r in plan.held] == ["orders"]
+
+
+def test_without_create_topics_nothing_is_created(monkeypatch):
+    fake = FakeAdmin({"orders": 6}, {}, {})
+    named = (TopicRoute("orders", "copy"),)
+    plan = manager(monkeypatch, fake, named=named, create=False).resolve()
+    assert fake.created == [] and plan.routes == (TopicRoute("orders", "copy"),)
+
+
+def test_a_fixed_partition_route_needs_only_that_partition(monkeypatch):
+    fake = FakeAdmin({"orders": 6}, {}, {})
+    manager(monkeypatch, fake, named=(TopicRoute("orders", "copy", 2),)).resolve()
+    assert fake.created[0][0] == {"copy": 3}
+
+
+def test_a_smaller_destination_is_grown(monkeypatch):
+    fake = FakeAdmin({"orders": 6}, {"orders": 4}, {})
+    plan = manager(monkeypatch, fake, include=("orders",)).resolve()
+    assert fake.grown == [{"orders": 6}] and plan.grown == (("orders", 4, 6),)
+
+
+def test_a_broker_without_create_partitions_or_configs_gets_one_log_line_each(monkeypatch, caplog):
+    fake = FakeAdmin({"orders": 6, "new": 1}, {"orders": 4}, None, can_grow=False)
+    topics = manager(monkeypatch, fake, include=(".*",))
+    with caplog.at_level(logging.WARNING):
+        topics.resolve()
+        topics.resolve()
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("CreatePartitions" in line for line in lines) == 1
+    assert sum("DescribeConfigs" in line for line in lines) == 1
+    assert fake.created[0][2] == {"new": {}}  # created without configs
+
+
+def test_partitions_found_while_running(monkeypatch, caplog):
+    fake = FakeAdmin({"orders": 2, "payments": 1}, {"orders": 3}, {})
+    topics = manager(monkeypatch, fake, include=("orders", "payments"), create=False)
+    known = {("orders", 0), ("orders", 1)}
+    with caplog.at_level(logging.WARNING):
+        assert topics.new_partitions(known) == []  # payments has no destination: it waits
+        fake.source["orders"] = 3  # grown on the source
+        found = topics.new_partitions(known)
+        topics.new_partitions(known)
+    assert [r.key for r in found] == [("orders", 2)]
+    waiting = [r.getMessage() for r in caplog.records if "payments" in r.getMessage()]
+    assert len(waiting) == 1 and "create_topics" in waiting[0]
+
+
+def test_a_create_error_names_the_key_and_topic(monkeypatch):
+    fake = FakeAdmin({"orders": 2}, {}, {})
+
+    def refuse(*args: Any) -> None:
+        raise KafkaSetupError("InvalidReplicationFactorError: 3 > 1 broker")
+
+    fake.create_topics = refuse
+    with pytest.raises(KafkaSetupError, match=r"\[target\].create_topics: creating 'orders'"):
+        manager(monkeypatch, fake, include=("orders",)).resolve()
