@@ -72,16 +72,19 @@ class FakeAdmin:
         self.commits.append((group, offsets))
 
 
-def sync(monkeypatch: pytest.MonkeyPatch, fake: FakeAdmin, copies: dict, routes: list,
-         progress: dict | None = None) -> list[Any]:  # fmt: skip
-    monkeypatch.setattr(group_sync, "admin", fake)
-    monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(copies))
-    cfg = Config(
+def config() -> Config:
+    return Config(
         path="x.toml", app=AppConfig(metrics_addr=None), spark=SparkConfig(),
         topics=(TopicRoute("t", "d"),), sources=(SOURCE,), source_pool=SourcePoolConfig(),
         target=TargetConfig(TARGET), filters=(), groups=GroupsConfig(include=("g",)),
     )  # fmt: skip
-    syncer = GroupSync(cfg, lambda: SOURCE, lambda: routes, lambda: progress or {},
+
+
+def sync(monkeypatch: pytest.MonkeyPatch, fake: FakeAdmin, copies: dict, routes: list,
+         progress: dict | None = None) -> list[Any]:  # fmt: skip
+    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(copies))
+    syncer = GroupSync(config(), lambda: SOURCE, lambda: routes, lambda: progress or {},
                        lambda: True, Metrics())  # fmt: skip
     return syncer.translate(commit=True)
 
@@ -147,3 +150,21 @@ def test_a_group_with_members_on_the_target_is_left_alone(monkeypatch):
 def test_only_the_groups_asked_for_are_read(monkeypatch):
     fake = FakeAdmin({"g": {("t", 0): 5}, "other": {("t", 0): 1}}, {}, {("t", 0): 10})
     assert [r.group for r in sync(monkeypatch, fake, COPIES, ROUTES)] == ["g"]
+
+
+def test_a_group_that_did_not_move_costs_no_search(monkeypatch):
+    translator = FakeTranslator(COPIES)
+    searches: list[Any] = []
+    search = translator.first_copy
+    translator.first_copy = lambda *a: searches.append(a) or search(*a)
+    fake = FakeAdmin({"g": {("t", 0): 5, ("t", 1): 2}}, {}, {("t", 0): 10, ("t", 1): 5})
+    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "Translator", lambda *a: translator)
+    syncer = GroupSync(config(), lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
+    first = syncer.translate(commit=False)
+    assert len(searches) == 2
+    fake.on_source["g"][("t", 1)] = 3  # the group moved on t[1] only
+    second = syncer.translate(commit=False)
+    assert len(searches) == 3 and searches[-1][2] == 3
+    assert [p.offset for p in first[0].partitions] == [3, 2]
+    assert [p.offset for p in second[0].partitions] == [3, 3]

@@ -196,10 +196,15 @@ class SourcePool:
 
     def partition_counts(self, topics: list[str], timeout: float) -> dict[str, int]:
         """Topic metadata from the first node that answers (all nodes hold the same topics)."""
+        wanted = set(topics)
+        return {topic: n for topic, n in self.topic_counts(timeout).items() if topic in wanted}
+
+    def topic_counts(self, timeout: float) -> dict[str, int]:
+        """Every topic's partition count, from the first node that answers."""
         errors = []
         for node in self.nodes:
             try:
-                return admin.partition_counts(node, topics, timeout)
+                return admin.all_partition_counts(node, timeout)
             except Exception as exc:
                 if not is_retriable(exc):
                     raise

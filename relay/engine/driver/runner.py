@@ -143,6 +143,7 @@ class Runner:
                 if not todo:
                     if owned is not None and self._done():
                         break
+                    self.pipeline.tick()  # chores go on while standing by
                     self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
                     continue
                 for attempt in retrying(

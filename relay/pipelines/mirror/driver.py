@@ -43,7 +43,7 @@ class RelayPipeline(FromSources):
         self.metrics, self.dry_run = metrics, dry_run
         self.status: Status | None = None  # the runner's (set by relay.pipelines.jobs)
         self.topics = Topics(cfg, lambda: self.pool.active, self.startup.call, metrics,
-                             self.timeout)  # fmt: skip
+                             self.timeout, self.pool.topic_counts)  # fmt: skip
         self.topic_plan: TopicPlan | None = None
         self.groups = GroupSync(cfg, lambda: self.pool.active, lambda: self.routes,
                                 self._progress, self._may_sync, metrics)  # fmt: skip
@@ -114,9 +114,11 @@ class RelayPipeline(FromSources):
 
     def tick(self) -> None:
         """The first tick starts the background chores: they need a running relay."""
-        if self._follow and not self._discovery.is_alive() and not self._stopping.is_set():
+        if self._stopping.is_set():
+            return
+        if self._follow and self._discovery.ident is None:
             self._discovery.start()
-        if self.cfg.groups.include and not self._stopping.is_set():
+        if self.cfg.groups.include:
             self.groups.start()
 
     def has_changes(self) -> bool:
@@ -206,6 +208,7 @@ class RelayPipeline(FromSources):
         return self.status.next_offsets() if self.status is not None else {}
 
     def _may_sync(self) -> bool:
-        """One process of the group syncs: the one that owns the first partition."""
+        """One process of the group syncs: the one that owns the first partition (none while
+        it has no assignment yet)."""
         owned = self.status.owned if self.status is not None else None
-        return owned is None or (bool(self.routes) and min(r.key for r in self.routes) in owned)
+        return owned is not None and bool(self.routes) and min(r.key for r in self.routes) in owned

@@ -77,13 +77,20 @@ class GroupSync:
         self._source, self._routes, self._progress = source, routes, progress
         self._may_sync = may_sync
         self._last: dict[str, GroupResult] = {}  # each group's last complete sync
+        # (destination, source partition, committed offset) -> its first copy, found before
+        self._copies: dict[tuple[TP, SourcePartition, int], int] = {}
+        self._seen: dict[tuple[TP, SourcePartition, int], int] = {}
         self._active: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ktm-groups", daemon=True)
 
     def start(self) -> None:
-        if not self._thread.is_alive():
-            self._thread.start()
+        if not self._thread.is_alive() and not self._stop.is_set():
+            self._stop.clear()
+            try:
+                self._thread.start()
+            except RuntimeError:  # started before (and ended): once is enough
+                pass
 
     def close(self) -> None:
         self._stop.set()
@@ -108,6 +115,7 @@ class GroupSync:
         wanted = sorted(
             {d for g in groups for d, keys in by_dest.items() if _any(on_source[g], keys)}
         )
+        self._seen = {}
         with closing(Translator(self.target, self.timeout)) as translator:
             bounds = translator.bounds(wanted) if wanted else {}
             results = []
@@ -120,6 +128,7 @@ class GroupSync:
                 )  # fmt: skip
                 members = admin.group_members(self.target, group, self.timeout)
                 results.append(GroupResult(group, read_at, parts, members))
+        self._copies = self._seen  # only what this sync used: the cache never grows
         return [self._commit(r) for r in results] if commit else results
 
     def _relay_progress(
@@ -132,8 +141,8 @@ class GroupSync:
         mine = self._progress()
         return {k: max(mine.get(k, -1), committed.get(k) or -1) for k in keys}
 
-    @staticmethod
     def _translated(
+        self,
         translator: Translator,
         dest: TP,
         keys: list[SourcePartition],
@@ -143,11 +152,16 @@ class GroupSync:
         before: int | None,
     ) -> Translated:
         sources = tuple((key, on_source[key]) for key in keys if key in on_source)
-        end, offset = bounds[dest][1], None
+        (begin, end), offset = bounds[dest], None
         for key, committed in sources:
-            found = translator.first_copy(dest, key, committed, bounds[dest])
+            # A copy found once stays where it is: a group that did not move costs no search.
+            found = self._copies.get((dest, key, committed))
+            if found is None or not begin <= found < end:
+                found = translator.first_copy(dest, key, committed, bounds[dest])
             if found == end and progress.get(key, -1) < committed:
                 return Translated(dest, None, end, before, sources)  # not relayed that far yet
+            if found < end:
+                self._seen[(dest, key, committed)] = found
             offset = found if offset is None else min(offset, found)
         return Translated(dest, offset, end, before, sources)
 

@@ -59,15 +59,19 @@ class Topics:
         call: Call,
         metrics: Metrics,
         timeout: float,
+        source_counts: Callable[[float], dict[str, int]] | None = None,
     ):
+        """`source`: the node to read configs from; `source_counts(timeout)`: every source
+        topic's partition count (default: asked of `source`)."""
         self.cfg, self.metrics, self.timeout = cfg, metrics, timeout
         self.target = cfg.need_target()
         self._source, self._call = source, call
+        self._counts = source_counts or (lambda t: admin.all_partition_counts(source(), t))
         self._said: set[str] = set()  # log lines already written once
 
     def resolve(self, dry_run: bool = False) -> TopicPlan:
         """The routes and what their destinations need; with `dry_run`, nothing is created."""
-        src = self._call("source", lambda: admin.all_partition_counts(self._source(), self.timeout))
+        src = self._call("source", lambda: self._counts(self.timeout))
         routes = select_routes(self.cfg.topics, self.cfg.discover, src)
         dst = self._call(
             "target", lambda: admin.all_partition_counts(self.target.cluster, self.timeout)
