@@ -3,6 +3,7 @@ active/active pair that never loops. Real brokers of their own (patterns see eve
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from tests.support.kafka import (
     unique_topic,
     wait_until,
 )
+from tests.support.ktm_process import Ktm
 from tests.support.relay import attributed, write_config
 
 FAST_DISCOVERY = 'interval = "1s"'
@@ -184,3 +186,42 @@ def test_configs_are_copied_and_a_source_that_grows_grows_its_destination(
         assert len(describe_topic(cluster.bootstrap, f"copy.{topic}")["partitions"]) == 3
     finally:
         admin.close()
+
+
+@pytest.mark.skipif(brokers_are_external(), reason="each run needs clusters of its own")
+def test_two_processes_on_one_pattern_config_take_a_new_topic_once(broker_factory, tmp_path):
+    """Two `ktm relay` processes: each finds the new topic and rejoins the group with it (until
+    both have, the leader's plan holds). Every record arrives once."""
+    source, target = broker_factory("two-src"), broker_factory("two-dst")
+    p = unique_topic("two")
+    first, later = f"{p}-a", f"{p}-b"
+    create_topic(source.bootstrap, first, 2)
+    feeder = Feeder(source.bootstrap, first, 2, per_batch=20, pause=0.1)
+    processes = []
+    for name in ("one", "two"):
+        config = discover_config(tmp_path / f"{name}.toml", source.bootstrap, target.bootstrap,
+                                 f'include = ["{p}-.*"]\nrename = "copy.{{topic}}"')  # fmt: skip
+        processes.append(Ktm(tmp_path, "--config", str(config), "--no-progress"))
+    try:
+        wait_for(lambda: sum(copies(target.bootstrap, f"copy.{first}").values()) > 0, 120,
+                 "the first records relayed")  # fmt: skip
+        create_topic(source.bootstrap, later, 2)
+        produce(source.bootstrap, later, numbered(40, 2, "b"))
+        time.sleep(3)
+        sent = feeder.stop()
+        want_first = expected(first, {0: sent // 2, 1: sent // 2})
+        wait_for(lambda: copies(target.bootstrap, f"copy.{first}") == want_first, 90,
+                 "every record of the first topic once")  # fmt: skip
+        want_later = expected(later, {0: 20, 1: 20})
+        wait_for(lambda: copies(target.bootstrap, f"copy.{later}") == want_later, 90,
+                 "every record of the new topic once")  # fmt: skip
+        for process in processes:
+            process.proc.send_signal(signal.SIGTERM)
+        for process in processes:
+            run = process.wait(timeout=30)
+            assert run.returncode == 0, run.stderr
+            assert "found 2 new partition(s) to relay" in run.stderr
+    finally:
+        feeder.stop()
+        for process in processes:
+            process.kill()
