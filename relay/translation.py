@@ -45,6 +45,9 @@ class Translator:
     def __init__(self, cluster: ClusterConfig, timeout: float):
         self.cluster, self.timeout = cluster, timeout
         self._fetcher = BatchFetcher(cluster, timeout)
+        # Searches of one partition with the same bounds probe the same middles first: many
+        # groups' searches share those reads.
+        self._probed: dict[tuple[TP, SourcePartition, int, int], list[tuple[int, int]]] = {}
 
     def bounds(self, dests: list[TP]) -> dict[TP, tuple[int, int]]:
         """(beginning, end) of each destination partition, read now."""
@@ -57,7 +60,12 @@ class Translator:
         """As `first_copy_at_or_after`, within `bounds`: `bounds[1]` when no copy lies there."""
 
         def next_copies(lower: int, upper: int) -> list[tuple[int, int]]:
-            return _next_copies(self._fetcher, dest, source, lower, upper, self.timeout)
+            key = (dest, source, lower, upper)
+            if key not in self._probed:
+                self._probed[key] = _next_copies(
+                    self._fetcher, dest, source, lower, upper, self.timeout
+                )
+            return self._probed[key]
 
         return search(bounds[0], bounds[1], offset, next_copies)
 

@@ -15,6 +15,7 @@ from types import FrameType
 from scripts.bench import (
     measure_channel,
     measure_copy,
+    measure_groups,
     measure_live,
     measure_roundtrip,
     measure_stop,
@@ -39,6 +40,7 @@ MEASURES: dict[str, Callable[[Bench, Options], Table]] = {
     "store": measure_store.store,
     "roundtrip": measure_roundtrip.roundtrip,
     "channel": measure_channel.channel,
+    "groups": measure_groups.groups,
 }
 BAD_CHECKS = ("WRONG", "FAILED")
 

@@ -21,6 +21,7 @@ SECTIONS = (
     "store",
     "roundtrip",
     "channel",
+    "groups",
 )
 # scaling is optional: four more Spark runs on big backlogs
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "scaling")
