@@ -225,3 +225,25 @@ def test_two_processes_on_one_pattern_config_take_a_new_topic_once(broker_factor
         feeder.stop()
         for process in processes:
             process.kill()
+
+
+def test_a_pattern_that_matches_nothing_yet_waits_for_its_first_topic(
+    broker_factory, spark, tmp_path
+):
+    source, target = broker_factory("empty-src"), broker_factory("empty-dst")
+    p = unique_topic("none")
+    config = discover_config(tmp_path / "ktm.toml", source.bootstrap, target.bootstrap,
+                             f'include = ["{p}-.*"]\nrename = "copy.{{topic}}"')  # fmt: skip
+    relay = Background(config, failover=False)
+    try:
+        time.sleep(2)
+        assert relay.error is None, relay.error
+        create_topic(source.bootstrap, f"{p}-first", 2)
+        produce(source.bootstrap, f"{p}-first", numbered(20, 2, "f"))
+        want = expected(f"{p}-first", {0: 10, 1: 10})
+        wait_for(lambda: copies(target.bootstrap, f"copy.{p}-first") == want, 60,
+                 "the first topic relayed")  # fmt: skip
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
+    assert relay.metrics.registry.get_sample_value("ktm_group_members") == 1

@@ -34,6 +34,7 @@ from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartiti
 
 log = logging.getLogger(__name__)
 
+ALL_CORES = 1 << 16  # "as many partitions as can come": local Spark takes every core
 REVOKE_WAIT = 20.0  # seconds a rebalance waits for the round to stop before cancelling it
 
 
@@ -110,8 +111,13 @@ class Runner:
         self.status.start(plan.routes, plan.next_offsets, plan.ends, plan.stops)
 
     def _begin(self, routes: list[PartitionRoute]) -> None:
-        self.backend.begin(len(routes))
+        self.backend.begin(self._slots_for(routes))
         self._join(routes)
+
+    def _slots_for(self, routes: list[PartitionRoute]) -> int:
+        """The partitions local Spark sizes its slots for: with [discover] patterns, more may
+        come while running, so the machine's cores."""
+        return len(routes) if not self.cfg.discover.include else ALL_CORES
 
     def _join(self, routes: list[PartitionRoute]) -> Membership:
         if self.membership is None:
@@ -197,7 +203,7 @@ class Runner:
             self._resync(todo, "delivered without ack")
             self._unsure = False
         self._fail_over_if_needed(todo)
-        engine, channel = self.backend.ready(len(self.routes))
+        engine, channel = self.backend.ready(self._slots_for(self.routes))
         current = self._submit_round(todo, engine, channel)
         if current is None:
             return  # the group rebalanced meanwhile: the caller re-reads the ownership
@@ -370,9 +376,11 @@ class Runner:
             return
         self.routes = self.routes + plan.routes
         self.status.start(plan.routes, plan.next_offsets, plan.ends, None)
+        self._generation = None
         if self.membership is not None:
-            self._generation = None
             self.membership.rejoin(self.pipeline.group_topics, [r.key for r in self.routes])
+        else:  # nothing to relay until now: join for the first time
+            self._join(self.routes)
 
     def _resync(self, routes: list[PartitionRoute], why: str) -> None:
         """Learn where partitions really stand (records may have landed without their ack
