@@ -28,6 +28,7 @@ from relay.spec import ChannelAddress, GroupTask, PartitionRoute, PartitionWork,
 log = logging.getLogger(__name__)
 
 COMMITTED_TIMEOUT = 2.0  # seconds to ask the source for its group's committed offsets
+CHORE_JOIN = 2.0  # seconds a stop waits for a background chore (discovery, group sync)
 
 
 class RelayPipeline(FromSources):
@@ -140,10 +141,12 @@ class RelayPipeline(FromSources):
         return self.groups.translate(commit=False) if self.cfg.groups.include else []
 
     def close(self) -> None:
+        """The chores stop at their next wait; one busy with a cluster that does not answer is
+        left to end by itself (daemon threads) rather than hold the stop up."""
         self._stopping.set()
         self.groups.close()
         if self._discovery.is_alive():
-            self._discovery.join(timeout=self.timeout + 5)
+            self._discovery.join(timeout=CHORE_JOIN)
         super().close()
 
     # ---- background -------------------------------------------------------------------

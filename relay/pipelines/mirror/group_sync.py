@@ -37,6 +37,7 @@ from relay.translation import TP, Translator
 log = logging.getLogger(__name__)
 
 AGE_EVERY = 1.0  # seconds between updates of the sync-age gauges
+CLOSE_WAIT = 2.0  # a sync busy with a cluster that does not answer ends by itself (daemon)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class GroupSync:
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=self.timeout + 5)
+            self._thread.join(timeout=CLOSE_WAIT)
 
     def translate(self, commit: bool) -> list[GroupResult]:
         """One sync: every carried group's translation, committed on the target if `commit`."""
