@@ -257,27 +257,12 @@ def group_members(cluster: ClusterConfig, group: str, timeout: float) -> int:
 
 
 def topic_configs(
-    cluster: ClusterConfig, topics: Iterable[str], timeout: float
+    cluster: ClusterConfig, topics: Iterable[str], timeout: float, set_only: bool = False
 ) -> dict[str, dict[str, str]]:
-    """Every config the cluster describes for each topic (DescribeConfigs, defaults included);
-    {} for a topic it describes nothing of. Asks for all config names: naming one makes Tansu
-    drop the connection (TANSU.md: it answers DescribeConfigs with nothing)."""
-    resources = [ConfigResource("TOPIC", topic) for topic in sorted(set(topics))]
-    if not resources:
-        return {}
-    with admin_client(cluster, timeout) as client:
-        described = client.describe_configs(resources, config_filter="all")
-    found: dict[str, dict[str, str]] = {}
-    for topic, configs in (described.get("topic") or {}).items():
-        found[topic] = {name: _config_value(data) for name, data in (configs or {}).items()}
-    return found
-
-
-def set_topic_configs(
-    cluster: ClusterConfig, topics: Iterable[str], timeout: float
-) -> dict[str, dict[str, str]]:
-    """The configs set on each topic itself (not defaults, not the broker's): what a copy of the
-    topic takes over. {} for a topic the broker describes nothing of (Tansu)."""
+    """Every config the cluster describes for each topic (DescribeConfigs, defaults included),
+    or with `set_only` those set on the topic itself (not defaults, not the broker's: what a
+    copy of the topic takes over); {} for a topic it describes nothing of. Asks for all config
+    names: naming one makes Tansu drop the connection (TANSU.md: it answers with nothing)."""
     resources = [ConfigResource("TOPIC", topic) for topic in sorted(set(topics))]
     if not resources:
         return {}
@@ -287,10 +272,14 @@ def set_topic_configs(
         topic: {
             name: _config_value(data)
             for name, data in (configs or {}).items()
-            if isinstance(data, dict) and data.get("config_source") == "DYNAMIC_TOPIC_CONFIG"
+            if not set_only or _source(data) == "DYNAMIC_TOPIC_CONFIG"
         }
         for topic, configs in (described.get("topic") or {}).items()
     }
+
+
+def _source(data: Any) -> str | None:
+    return data.get("config_source") if isinstance(data, dict) else None
 
 
 def _config_value(data: Any) -> str:

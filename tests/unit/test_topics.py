@@ -43,7 +43,8 @@ class FakeAdmin:
     def partition_counts(self, cluster: Any, topics: Any, timeout: float) -> dict[str, int]:
         return {t: n for t, n in self.all_partition_counts(cluster, timeout).items() if t in topics}
 
-    def set_topic_configs(self, cluster: Any, topics: Any, timeout: float) -> dict:
+    def topic_configs(self, cluster: Any, topics: Any, timeout: float, set_only: bool) -> dict:
+        assert set_only
         if self.configs is None:
             raise Unsupported("the broker does not implement DescribeConfigs")
         return {t: self.configs.get(t, {}) for t in topics}

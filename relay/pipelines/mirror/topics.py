@@ -120,7 +120,8 @@ class Topics:
     def _configs(self, topic: str) -> dict[str, str]:
         """The configs set on the source topic that `[target]` says to copy."""
         try:
-            found = admin.set_topic_configs(self._source(), [topic], self.timeout).get(topic, {})
+            described = admin.topic_configs(self._source(), [topic], self.timeout, set_only=True)
+            found = described.get(topic, {})
         except Exception as exc:  # noqa: BLE001 - the topic is created without them
             self._once("configs", f"source does not describe topic configs ({exc}): created "
                        "topics get the target's defaults")  # fmt: skip
