@@ -54,6 +54,7 @@ class Membership:
         self._member: GroupMember | None = None
         self._last_poll = time.monotonic()
         self._joined_at = float("-inf")
+        self._rejoin_deadline: float | None = None  # a rejoin must end in an assignment by then
         self._error: BaseException | None = None
         self.rebalances = 0
         self._changed = threading.Condition()
@@ -73,11 +74,22 @@ class Membership:
             raise KafkaSetupError(
                 f"group {self.group} on {describe(self.target)}: {self._error}"
             ) from self._error
+        deadline = self._rejoin_deadline
+        if self._assignment is None and deadline is not None and time.monotonic() > deadline:
+            # Seen on Tansu with two processes rejoining at once: the group never completes
+            # the join. An exit (and a restart that joins afresh) beats a silent hang.
+            raise KafkaSetupError(
+                f"group {self.group} on {describe(self.target)}: no assignment within "
+                f"{self._join_limit():.0f}s of rejoining with new partitions"
+            )
         return self._assignment
+
+    def _join_limit(self) -> float:
+        return self.session_timeout * JOIN_TIMEOUT_FACTOR + 10
 
     def wait_assigned(self, stop: threading.Event) -> Assignment:
         """Block until the first assignment (or a stop request, or a clear failure)."""
-        limit = self.session_timeout * JOIN_TIMEOUT_FACTOR + 10
+        limit = self._join_limit()
         deadline = time.monotonic() + limit
         with self._changed:
             while self.current() is None and not stop.is_set():
@@ -116,6 +128,7 @@ class Membership:
         self._topics, self._keys = list(topics), list(keys)
         self._assignment, self._member, self._error = None, None, None
         self._closing = threading.Event()
+        self._rejoin_deadline = time.monotonic() + self._join_limit()
         self._thread = threading.Thread(target=self._loop, name="ktm-membership", daemon=True)
         self._thread.start()
 
@@ -159,6 +172,7 @@ class Membership:
 
     def _assigned(self, assignment: Assignment) -> None:
         self._joined_at = time.monotonic()  # the coordinator just confirmed us
+        self._rejoin_deadline = None
         self._assignment = assignment
         self.metrics.assigned_partitions.set(len(assignment.keys))
         self.metrics.group_members.set(assignment.members)
