@@ -70,9 +70,13 @@ class KtmAssignor(AbstractPartitionAssignor):
     version = 0
 
     def __init__(self, keys: Sequence[Key], on_assignment: Callable[[Assignment], None]):
+        self._on_assignment = on_assignment
+        self.update(keys)
+
+    def update(self, keys: Sequence[Key]) -> None:
+        """The partitions to share from the next join on."""
         self._keys = sorted(keys)
         self._plan = fingerprint(keys)
-        self._on_assignment = on_assignment
 
     def metadata(self, topics: Any) -> ConsumerProtocolSubscription:
         me = {"plan": self._plan, "host": socket.gethostname(), "pid": os.getpid()}
@@ -144,6 +148,9 @@ class GroupMember:
         on_assignment: Callable[[Assignment], None],
     ):
         session_ms = int(session_timeout * 1000)
+        self._assignor = KtmAssignor(keys, on_assignment)
+        self._listener = _Listener(on_revoke)
+        self._topics = sorted(topics)
         self._consumer = KafkaConsumer(
             **client_settings(cluster, 10.0),
             group_id=group,
@@ -152,11 +159,21 @@ class GroupMember:
             heartbeat_interval_ms=max(100, session_ms // 5),
             # The rebalance timeout: how long the group waits for a member to stop and rejoin.
             max_poll_interval_ms=max(session_ms * 3, 30_000),
-            partition_assignment_strategy=[KtmAssignor(keys, on_assignment)],
+            partition_assignment_strategy=[self._assignor],
         )
         never_create_topics(self._consumer)
-        self._consumer.subscribe(topics=list(topics), listener=_Listener(on_revoke))
+        self._consumer.subscribe(topics=list(topics), listener=self._listener)
         self._closed = False
+
+    def replan(self, topics: Sequence[str], keys: Sequence[Key]) -> None:
+        """Share other partitions: this member rejoins with them, without leaving the group (a
+        leave and a join by two processes at once was seen to stall Tansu's group for good).
+        From the polling thread only, like poll()."""
+        self._assignor.update(keys)
+        if sorted(topics) != self._topics:
+            self._topics = sorted(topics)
+            self._consumer.subscribe(topics=list(topics), listener=self._listener)
+        self._consumer._coordinator.request_rejoin()
 
     def poll(self, timeout: float) -> None:
         records = self._consumer.poll(timeout_ms=int(timeout * 1000))

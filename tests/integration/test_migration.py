@@ -196,11 +196,7 @@ def test_configs_are_copied_and_a_source_that_grows_grows_its_destination(
         admin.close()
 
 
-@pytest.mark.skip(
-    reason="known fault (issue 20 note, stop 26): when both processes rejoin their group with the "
-    "new partitions at about the same time, the join never completes on Tansu (2 runs in 3); "
-    "they now exit 1 naming the group instead of hanging. Remove this mark to reproduce."
-)
+@pytest.mark.skipif(brokers_are_external(), reason="each run needs clusters of its own")
 def test_two_processes_on_one_pattern_config_take_a_new_topic_once(broker_factory, tmp_path):
     """Two `ktm relay` processes: each finds the new topic and rejoins the group with it (until
     both have, the leader's plan holds). Every record arrives once."""

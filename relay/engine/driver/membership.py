@@ -55,6 +55,7 @@ class Membership:
         self._last_poll = time.monotonic()
         self._joined_at = float("-inf")
         self._rejoin_deadline: float | None = None  # a rejoin must end in an assignment by then
+        self._replan: tuple[list[str], list[tuple[str, int]]] | None = None
         self._error: BaseException | None = None
         self.rebalances = 0
         self._changed = threading.Condition()
@@ -121,16 +122,14 @@ class Membership:
         self._thread.join(timeout=10)
 
     def rejoin(self, topics: Sequence[str], keys: Sequence[tuple[str, int]]) -> None:
-        """Leave, then join again to share other partitions (found while running). Members
-        agree on the partitions they share: until every one found the same, the leader's
-        plan holds and the others stand by (relay.clients.group)."""
-        self.close()
-        self._topics, self._keys = list(topics), list(keys)
-        self._assignment, self._member, self._error = None, None, None
-        self._closing = threading.Event()
+        """Rejoin to share other partitions (found while running): the same member, with the
+        new plan, at its next poll. Members agree on the partitions they share: until every
+        one found the same, the leader's plan holds and the others stand by
+        (relay.clients.group). Nothing is owned until the new assignment."""
+        self._keys = list(keys)
+        self._assignment = None
         self._rejoin_deadline = time.monotonic() + self._join_limit()
-        self._thread = threading.Thread(target=self._loop, name="ktm-membership", daemon=True)
-        self._thread.start()
+        self._replan = (list(topics), list(keys))
 
     # ---- the membership thread ----------------------------------------------------------------
 
@@ -146,6 +145,9 @@ class Membership:
                 self._assigned,
             )
             while not self._closing.is_set():
+                replan, self._replan = self._replan, None
+                if replan is not None:
+                    self._member.replan(*replan)
                 self._member.poll(POLL_EVERY)
                 self._last_poll = time.monotonic()
         except Exception as exc:

@@ -371,6 +371,8 @@ class Runner:
     def _take_changes(self) -> None:
         """Partitions found while running join the plan; the process rejoins its group with
         them (the members must agree on the partitions they share)."""
+        if self.membership is not None and self.membership.assignment() is None:
+            return  # rejoin only from a settled group: leaving mid-rebalance can stall it
         plan = self.pipeline.changes()
         if plan is None:
             return
