@@ -196,9 +196,7 @@ def committed_offsets(
 ) -> dict[TP, int | None]:
     """A consumer group's committed offset of each partition (None if never): one OffsetFetch
     for the whole group (a request per partition costs seconds with hundreds of them)."""
-    with admin_client(cluster, timeout) as admin:
-        found = admin.list_group_offsets(group_id).get(group_id, {})
-    offsets = {(tp.topic, tp.partition): meta.offset for tp, meta in found.items()}
+    offsets = groups_committed(cluster, [group_id], timeout)[group_id]
     return {tp: offsets.get(tp) for tp in tps}
 
 

@@ -48,8 +48,7 @@ class RelayPipeline(FromSources):
         self.topic_plan: TopicPlan | None = None
         self.groups = GroupSync(cfg, lambda: self.pool.active, lambda: self.routes,
                                 self._progress, self._may_sync, metrics)  # fmt: skip
-        self._found: list[PartitionRoute] = []  # partitions found, not yet handed over
-        self._found_plan: Plan | None = None
+        self._found_plan: Plan | None = None  # partitions found, not yet handed over
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._discovery = threading.Thread(target=self._discover, name="ktm-discovery",

@@ -86,12 +86,9 @@ class GroupSync:
         self._thread = threading.Thread(target=self._loop, name="ktm-groups", daemon=True)
 
     def start(self) -> None:
-        if not self._thread.is_alive() and not self._stop.is_set():
-            self._stop.clear()
-            try:
-                self._thread.start()
-            except RuntimeError:  # started before (and ended): once is enough
-                pass
+        """Once (later calls do nothing), and never after close()."""
+        if self._thread.ident is None and not self._stop.is_set():
+            self._thread.start()
 
     def close(self) -> None:
         self._stop.set()
