@@ -1,3 +1,3 @@
 """ktm: Kafka Topic Mirror. Relays Kafka topics between clusters on Spark, losing nothing."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

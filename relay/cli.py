@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from relay import __version__
 from relay.commands.common import Options, TimeParam, run_guarded
 from relay.config import parse_duration
 
@@ -87,8 +86,23 @@ def _opts(flags: dict[str, Any]) -> Options:
     return Options(progress=progress, **flags)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from relay.commands.version import version_lines
+
+        click.echo("\n".join(version_lines()))
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="ktm")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show ktm's version and those of Python, PySpark, kafka-python and Java, and exit.",
+)
 def main() -> None:
     """ktm (Kafka Topic Mirror): relay, back up and restore Kafka topics on Spark, losing
     nothing."""

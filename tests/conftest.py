@@ -12,15 +12,19 @@ import pytest
 from tests.support.kafka import Broker, new_broker
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+RELEASE_DIR = Path(__file__).parent / "release"
 
 BrokerFactory = Callable[[str], Broker]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/integration is marked ``integration``: -m "not integration"."""
+    """Everything under tests/integration is marked ``integration``, under tests/release
+    ``release``: -m "not integration and not release" runs the unit tests alone."""
     for item in items:
         if INTEGRATION_DIR in item.path.parents:
             item.add_marker(pytest.mark.integration)
+        elif RELEASE_DIR in item.path.parents:
+            item.add_marker(pytest.mark.release)
 
 
 TEARDOWN_GRACE = 0.5  # seconds a test's broker gets to exit on SIGTERM before SIGKILL

@@ -7,9 +7,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import tomli
+from typing import TYPE_CHECKING, Any
 
 from relay.config.model import (
     AppConfig,
@@ -33,6 +31,9 @@ from relay.config.readers import (
     _Table,
 )
 from relay.errors import ConfigError
+
+if TYPE_CHECKING:
+    import tomli
 
 # What each command needs besides [topics] (the rest, when present, is checked all the same).
 RELAY_NEEDS = frozenset({"sources", "target"})
@@ -119,6 +120,10 @@ def _store_compression(t: _Table, store: StoreConfig) -> StoreConfig:
 
 
 def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    # Imported here: executors import relay.config for the specs' dataclasses, and a worker
+    # needs no TOML parser ("Scaling out" lists what executors need).
+    import tomli
+
     name = os.fspath(path)
     try:
         with open(path, "rb") as file:
@@ -191,7 +196,7 @@ def _cluster(t: _Table, **given: Any) -> ClusterConfig:
     cert, key_file = cluster.client_cert_path, cluster.client_key_path
     if (cert is None) != (key_file is None):
         given_key, missing = ("client_cert_path", "client_key_path")[:: 1 if cert else -1]
-        shown = _show(cert or key_file)
+        shown = _show(cert or key_file, limit=None)  # a file is named whole
         raise t.error(missing, f"required when {given_key} is set ({shown})")
     return cluster
 

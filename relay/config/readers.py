@@ -157,8 +157,9 @@ def _bare(key: str) -> str:
     return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
 
 
-def _show(value: Any) -> str:
-    """A bad value as it would be written in TOML, shortened so that the error stays one line."""
+def _show(value: Any, limit: int | None = 80) -> str:
+    """A bad value as it would be written in TOML, shortened to `limit` characters so that the
+    error stays one line (a path is shown whole: `limit=None`)."""
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, str):
@@ -167,7 +168,7 @@ def _show(value: Any) -> str:
         text = "[" + ", ".join(_show(item) for item in value) + "]"
     else:
         text = "a table" if isinstance(value, dict) else str(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _kind(value: Any) -> str:

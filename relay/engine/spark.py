@@ -343,13 +343,44 @@ def _quiet_accumulator_server(context: Any) -> None:
 
 
 def _package_zip(log_dir: Path) -> Path:
-    """Zip the `relay` package so executors on a real cluster can import it (addPyFile)."""
-    package = Path(__file__).resolve().parent
+    """Zip the installed `relay` package, whole and nothing else, so executors on a real
+    cluster can import it (addPyFile puts the zip first on their path).
+
+    The package is found from `relay` itself, not from this file's folder: this module lives
+    in relay/engine/, and zipping its own folder under the name `relay` once shipped the engine
+    as the package (every executor then failed to import ktm)."""
+    import relay
+
+    package = Path(relay.__file__).resolve().parent
+    files = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    _check_whole(package, files)
     target = log_dir / "ktm-relay.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(package.rglob("*.py")):
-            zf.write(path, Path("relay") / path.relative_to(package))
+        for path in files:
+            zf.write(path, (Path("relay") / path.relative_to(package)).as_posix())
     return target
+
+
+# What an executor imports first (the task entry point and its loop), relative to the package.
+_EXECUTOR_ENTRY = ("__init__.py", "engine/spark.py", "engine/executor/task.py", "spec.py")
+
+
+def _check_whole(package: Path, files: list[Path]) -> None:
+    """The package to ship must hold what executors import, and every folder of it must be a
+    package; otherwise executors would fail later with an ImportError far from the cause."""
+    present = {path.relative_to(package).as_posix() for path in files}
+    missing = [name for name in _EXECUTOR_ENTRY if name not in present]
+    folders = {path.parent for path in files if path.parent != package}
+    missing += sorted(
+        (folder / "__init__.py").relative_to(package).as_posix()
+        for folder in folders
+        if not (folder / "__init__.py").is_file()
+    )
+    if missing:
+        raise RelayError(
+            f"cannot ship ktm to Spark executors: {package / missing[0]} not found (the relay "
+            f"package at {package} is incomplete; reinstall ktm)"
+        )
 
 
 def make_log_dir() -> Path:

@@ -4,6 +4,8 @@ and bad input (one line, the right exit code, nothing written twice)."""
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -45,11 +47,22 @@ def test_kill_9_mid_backup_and_mid_restore_then_restart_gives_every_record_once(
     conf = config(tmp_path / "c.toml", source=source_broker.bootstrap,
                   target=target_broker.bootstrap, topics={src: dst}, store=str(store),
                   store_keys="max_segment_records = 500")  # fmt: skip
-    produce(source_broker.bootstrap, src, records(40_000, 4))
+    produce(source_broker.bootstrap, src, records(4_000, 4))
 
+    # The rest is fed at a pace once the backup runs, so records still flow when it is killed
+    # (a backlog is backed up within a second: on a fast machine it would finish first).
+    def feed() -> None:
+        for first in range(4_000, 40_000, 2_000):
+            produce(source_broker.bootstrap, src, records(2_000, 4, first=first))
+            time.sleep(0.2)
+
+    feeding = threading.Thread(target=feed)
     with Ktm(tmp_path, "--config", str(conf), command="backup") as first:
-        wait_for(lambda: stored_records(store) >= 4_000, 120, "segments written", first)
+        wait_for(lambda: stored_records(store) >= 2_000, 120, "segments written", first)
+        feeding.start()
+        wait_for(lambda: stored_records(store) >= 8_000, 120, "segments written", first)
         first.kill()  # ktm, its JVM and its workers: nothing gets to finish
+    feeding.join(120)
     assert stored_records(store) < 40_000, "the kill must come mid-way"
     last = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", command="backup", timeout=200)
     assert last.returncode == 0, last.stderr

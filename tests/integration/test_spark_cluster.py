@@ -3,17 +3,16 @@ from the driver, started from the pyspark pip package by scripts/spark_cluster.p
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.support.cluster import start_standalone
 from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
@@ -27,29 +26,12 @@ from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.cluster]
 
-ROOT = Path(__file__).resolve().parents[2]
 KTM = [sys.executable, "-c", "from relay.cli import main; main()"]
-
-
-def _cluster_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "spark_cluster", ROOT / "scripts" / "spark_cluster.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory):
-    try:
-        cluster = _cluster_module().start_cluster(
-            tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=2, memory="1g"
-        )
-    except RuntimeError as exc:
-        pytest.skip(f"a standalone Spark cluster cannot start on this machine: {exc}")
+    cluster = start_standalone(tmp_path_factory.mktemp("spark-cluster"), workers=2)
     yield cluster
     cluster.stop()
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -42,20 +43,33 @@ class Finished:
 
 
 class Ktm:
-    """One `ktm <command>` process in a session of its own, output captured in files."""
+    """One `ktm <command>` process in a session of its own, output captured in files.
 
-    def __init__(self, tmp_path: Path, *args: str, command: str = "relay"):
+    It runs from `cwd` (default: the test's own directory, never the checkout: users run ktm
+    from theirs), with `ktm` the executable (default: this environment's; the release tests
+    pass a wheel's, installed in a virtualenv of its own)."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        *args: str,
+        command: str = "relay",
+        ktm: str = KTM,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.out_path = tmp_path / f"ktm-{time.monotonic_ns()}.out"
         self.err_path = self.out_path.with_suffix(".err")
-        env = {**os.environ, "KTM_LOG_DIR": str(tmp_path / "ktm-logs")}
+        env = {**os.environ, "KTM_LOG_DIR": str(tmp_path / "ktm-logs"), **(env or {})}
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
             self.started = time.monotonic()
             self.proc = subprocess.Popen(
-                [KTM, command, *args],
+                [ktm, command, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 env=env,
+                cwd=cwd or tmp_path,
                 start_new_session=True,  # its own group: the JVM and workers can be killed too
             )
 
@@ -144,16 +158,19 @@ def live_session_members(sid: int) -> list[int]:
 
 
 @contextmanager
-def ktm(tmp_path: Path, *args: str, command: str = "relay") -> Iterator[Ktm]:
-    process = Ktm(tmp_path, *args, command=command)
+def ktm(tmp_path: Path, *args: str, command: str = "relay", **how: Any) -> Iterator[Ktm]:
+    """`Ktm(...)` killed at the end, whatever happened; `how`: Ktm's ktm, cwd and env."""
+    process = Ktm(tmp_path, *args, command=command, **how)
     try:
         yield process
     finally:
         process.kill()
 
 
-def run_ktm(tmp_path: Path, *args: str, timeout: float, command: str = "relay") -> Finished:
-    with ktm(tmp_path, *args, command=command) as process:
+def run_ktm(
+    tmp_path: Path, *args: str, timeout: float, command: str = "relay", **how: Any
+) -> Finished:
+    with ktm(tmp_path, *args, command=command, **how) as process:
         return process.wait(timeout)
 
 

@@ -6,9 +6,11 @@ No broker and no Spark: every case here fails (or finishes) before a relay would
 from __future__ import annotations
 
 import logging
+import platform
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -68,9 +70,21 @@ def test_help_lists_the_relay_command() -> None:
     assert ktm("-h").output == result.output
 
 
-def test_version() -> None:
+def test_version_names_what_a_bug_report_needs() -> None:
     result = ktm("--version")
-    assert (result.exit_code, result.output) == (0, f"ktm, version {__version__}\n")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0] == f"ktm {__version__}"
+    assert [line.split()[0] for line in lines[1:]] == ["Python", "PySpark", "kafka-python", "Java"]
+    assert lines[1].startswith(f"Python {platform.python_version()} ")
+    assert lines[2] == f"PySpark {metadata.version('pyspark')}"
+    assert lines[3] == f"kafka-python {metadata.version('kafka-python')}"
+
+
+def test_version_says_when_java_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))  # no bin/java there
+    lines = ktm("--version").output.splitlines()
+    assert lines[-1].startswith("Java not found (PySpark needs Java 17")
 
 
 def test_relay_help_lists_every_option_with_its_default() -> None:
