@@ -30,7 +30,7 @@ from typing import Any
 
 from relay.batches import Provenance, SourceBatch, last_provenance
 from relay.batches.records import Decoded, decode_batch
-from relay.clients import admin, batch_fetch
+from relay.clients import admin, tails
 from relay.config import ClusterConfig
 from relay.errors import KafkaSetupError, RelayError
 from relay.spec import PartitionRoute, SourcePartition
@@ -102,9 +102,9 @@ def delivered(
     def satisfied(dest: tuple[str, int], batches: list[SourceBatch]) -> bool:
         return set(delivered_in(batches, feeders[dest])) == feeders[dest]
 
-    tails = batch_fetch.read_tails(target, sorted(feeders), satisfied, timeout)
+    found_tails = tails.read_tails(target, sorted(feeders), satisfied, timeout)
     found: dict[SourcePartition, Delivered] = {}
-    for dest, batches in tails.items():
+    for dest, batches in found_tails.items():
         found.update(delivered_in(batches, feeders[dest]))
     return found
 
@@ -175,7 +175,9 @@ def resume_points(
 
     `offsets` must have been read after `at_destination` and `committed`: both only grow while
     other members relay, so read earlier they cannot pass the end unless the topic was
-    recreated (choose_start refuses that), while read later they could, falsely."""
+    recreated (choose_start refuses that), while read later they could, falsely.
+
+    One summary line; each partition's at debug (thousands of lines otherwise)."""
     points = {}
     for route in routes:
         key = route.key
@@ -183,7 +185,7 @@ def resume_points(
             key, at_destination.get(key), committed.get(key), offsets.begin[key], offsets.end[key]
         )
         points[key] = point
-        log.info(
+        log.debug(
             "resume topic=%s partition=%s next_offset=%s from=%s end=%s",
             key[0],
             key[1],
@@ -191,7 +193,32 @@ def resume_points(
             point.reason,
             offsets.end[key],
         )
+    if points:
+        log.info("%s", resume_summary(points, offsets.end))
     return points
+
+
+def resume_summary(
+    points: dict[SourcePartition, ResumePoint], ends: dict[SourcePartition, int]
+) -> str:
+    """'resume 2000 partitions of 400 topics: 1990 after the destination's tail, ...'"""
+    reasons: dict[str, int] = defaultdict(int)
+    for point in points.values():
+        reasons[point.reason] += 1
+    topics = len({topic for topic, _ in points})
+    lag = sum(max(0, ends[key] - point.next_offset) for key, point in points.items())
+    how = ", ".join(f"{count} {REASONS[reason]}" for reason, count in sorted(reasons.items()))
+    return (
+        f"resume {len(points)} partition(s) of {topics} topic(s): {how}; {lag} records behind "
+        "the source end (each partition: --debug)"
+    )
+
+
+REASONS = {
+    "destination": "after the destination's tail",
+    "committed": "at the group's committed offset",
+    "beginning": "from the log start",
+}
 
 
 def same_record(copy: Any, source: Any) -> bool:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 # the record path stamps it (relay.engine.executor.writers); one name for both forms
 from relay.batches.provenance import PROVENANCE_HEADER as PROVENANCE_HEADER
-from relay.config import ClusterConfig, StoreConfig, TargetConfig
+from relay.config import ClusterConfig, FetchConfig, StoreConfig, TargetConfig
 from relay.filters import FilterSpec
 
 SourcePartition = tuple[str, int]  # (source topic, partition)
@@ -59,6 +59,14 @@ class ChannelAddress:
 
 
 @dataclass(frozen=True)
+class Rates:
+    """A task's share of `[limits]` (0: no limit); relay.engine.executor.throttle keeps it."""
+
+    records_per_second: float = 0.0
+    bytes_per_second: float = 0.0
+
+
+@dataclass(frozen=True)
 class GroupTask:
     """Everything one executor task needs to relay a group of partitions; pickled to it."""
 
@@ -71,6 +79,8 @@ class GroupTask:
     channel: ChannelAddress  # where to report; the driver's answers grant the lease to write
     report_interval: float = 0.5
     filters: tuple[FilterSpec, ...] = ()
+    fetch: FetchConfig = FetchConfig()
+    rates: Rates = Rates()
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,8 @@ class BackupTask:
     channel: ChannelAddress
     report_interval: float = 0.5
     filters: tuple[FilterSpec, ...] = ()
+    fetch: FetchConfig = FetchConfig()
+    rates: Rates = Rates()
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,7 @@ class RestoreTask:
     follow: bool = False  # keep restoring segments as they land
     from_time: int | None = None  # milliseconds since the epoch, inclusive
     until_time: int | None = None  # exclusive
+    rates: Rates = Rates()
 
 
 TaskSpec = GroupTask | BackupTask | RestoreTask
@@ -161,6 +174,18 @@ class TaskError:
 
 
 @dataclass(frozen=True)
+class FetchTrouble:
+    """A source broker the task's fetches had trouble with since its last report: fetches that
+    failed (refused, timed out, cut off) and how long the oldest one still out has waited (a
+    slow or frozen broker fails nothing for a while; it just does not answer)."""
+
+    node: str  # "host:port"
+    failures: int  # since the last report
+    error: str  # the last failure, "Type: message"; "" when none failed
+    waiting: float  # seconds; 0 when no fetch is out to it
+
+
+@dataclass(frozen=True)
 class GroupResult:
     """What a task reports when it ends (the same shape as its live reports, plus the end)."""
 
@@ -172,3 +197,5 @@ class GroupResult:
     elapsed: float = 0.0
     worker_pid: int = 0
     latencies: tuple[float, ...] = ()  # sampled source-timestamp -> destination-ack seconds
+    trouble: tuple[FetchTrouble, ...] = ()
+    throttled: float = 0.0  # seconds reads were held back by [limits] (cumulative)

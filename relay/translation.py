@@ -20,7 +20,8 @@ from contextlib import closing
 from relay.batches import SourceBatch
 from relay.batches.records import record_offsets
 from relay.clients import admin
-from relay.clients.batch_fetch import TP, BatchFetcher, fetch_range
+from relay.clients.batch_fetch import TP, BatchFetcher
+from relay.clients.tails import fetch_range
 from relay.config import ClusterConfig
 from relay.resume import origins
 from relay.spec import SourcePartition

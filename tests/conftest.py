@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,26 @@ def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerF
 def module_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFactory]:
     """Like broker_factory, but the brokers live for the whole test module."""
     yield from _broker_factory(tmp_path_factory.mktemp("brokers"))
+
+
+@pytest.fixture
+def far_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    """``far_brokers(name, delay=0.12)`` starts a broker behind a `tests.support.link.Link`
+    (one-way delay in seconds); all stop at teardown. Needs brokers the tests start."""
+    from tests.support.kafka import brokers_are_external
+    from tests.support.link import FarBroker
+
+    if brokers_are_external():
+        pytest.skip("a link needs a broker that advertises the link's address (KTM_TEST_KAFKA)")
+    log_dir = tmp_path_factory.mktemp("far-brokers")
+    with ExitStack() as started:
+
+        def start(name: str, delay: float = 0.12, **how: Any) -> FarBroker:
+            far = FarBroker(name, delay=delay, log_dir=log_dir, **how)
+            started.callback(far.stop, TEARDOWN_GRACE)
+            return far.start()
+
+        yield start
 
 
 @pytest.fixture(scope="module")

@@ -57,7 +57,7 @@ _GROWTH_PER_RECORD = 8
 PROVENANCE_ROOM = 128
 # A copyable source batch of at least this fraction of the budget is sent as it is rather than
 # merged: merging re-frames every record (~1.5 µs each), copying re-frames one.
-_COPY_FRACTION = 16
+COPY_FRACTION = 16
 _NO_STOP = 1 << 63
 
 # (start, stop, offsets to drop): which records of the source batches a destination batch takes
@@ -119,10 +119,13 @@ def rebuild(
     limit: int = DEFAULT_LIMIT,
     stop: int | None = None,
     drop: AbstractSet[int] = frozenset(),
+    copy_fraction: int = COPY_FRACTION,
 ) -> Rebuilt:
     """Destination batches for the records at or after `start` and before `stop` (None: no
     end), in order, less the offsets in `drop` (records a filter rejected). Each is built as
-    soon as it is complete: one destination batch's records are held at a time."""
+    soon as it is complete: one destination batch's records are held at a time.
+    `copy_fraction` 1 merges every source batch smaller than the budget, copyable or not (the
+    writer asks for that when the destination, not the CPU, holds the relay back)."""
     built: list[DestBatch] = []
     group: list[_Member] = []
     size = 0
@@ -141,7 +144,7 @@ def rebuild(
             continue
         member = _Member(batch, start, stop, drop)
         cost = len(member.records) + _GROWTH_PER_RECORD * header.record_count
-        alone = cost > limit or (member.copyable and cost >= room // _COPY_FRACTION)
+        alone = cost > limit or (member.copyable and cost >= room // copy_fraction)
         if group and (alone or size + cost > room):
             built += _build(group, bounds, origin, codec)
             group, size = [], 0

@@ -21,6 +21,7 @@ from kafka.admin import ConfigResource
 from kafka.errors import IncompatibleBrokerVersion, KafkaTimeoutError, UnsupportedVersionError
 from kafka.structs import OffsetAndMetadata
 
+from relay.clients.kept import kept
 from relay.clients.settings import (  # noqa: F401
     client_settings,
     describe,
@@ -35,37 +36,44 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def admin_client(cluster: ClusterConfig, timeout: float = 10.0) -> Iterator[KafkaAdminClient]:
-    try:
-        admin = never_create_topics(KafkaAdminClient(**client_settings(cluster, timeout)))
-    except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
-        raise _unreachable(cluster, timeout) from exc
-    try:
+    """An admin client (kept open across calls inside `relay.clients.kept.keep_clients`)."""
+
+    def make() -> KafkaAdminClient:
+        try:
+            return never_create_topics(KafkaAdminClient(**client_settings(cluster, timeout)))
+        except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
+            raise _unreachable(cluster, timeout) from exc
+
+    with kept(("admin", cluster, timeout), make, lambda admin: admin.close()) as admin:
         yield admin
-    finally:
-        admin.close()
 
 
 @contextmanager
-def probe_consumer(cluster: ClusterConfig, timeout: float = 10.0, group_id: str | None = None):
-    """A consumer for metadata and tail reads: manual assignment only, never subscribes.
+def probe_consumer(
+    cluster: ClusterConfig, timeout: float = 10.0, group_id: str | None = None
+) -> Iterator[KafkaConsumer]:
+    """A consumer for metadata and tail reads: manual assignment only, never subscribes (kept
+    open across calls inside `relay.clients.kept.keep_clients`).
 
     With `group_id` it can also read committed offsets; it never joins the group.
     """
-    try:
-        consumer = KafkaConsumer(
-            **client_settings(cluster, timeout),
-            group_id=group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=100,
-        )
-    except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
-        raise _unreachable(cluster, timeout) from exc
-    never_create_topics(consumer)
-    try:
+
+    def make() -> KafkaConsumer:
+        try:
+            consumer = KafkaConsumer(
+                **client_settings(cluster, timeout),
+                group_id=group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                fetch_max_wait_ms=100,
+            )
+        except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
+            raise _unreachable(cluster, timeout) from exc
+        return never_create_topics(consumer)
+
+    key = ("probe", cluster, timeout, group_id)
+    with kept(key, make, lambda consumer: consumer.close(autocommit=False)) as consumer:
         yield consumer
-    finally:
-        consumer.close(autocommit=False)
 
 
 class Unsupported(Exception):

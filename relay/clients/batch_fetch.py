@@ -6,8 +6,19 @@ TLS, SASL, API versions, metadata, as `client_settings` configures them) and its
 classes (`FetchRequest`), and hands back each partition's `records` field untouched: the
 batches as the broker stored them, to be split and rebuilt by `relay.batches`.
 
-No fetch session (session id 0, epoch -1: a full fetch each time) and read_uncommitted, which is
-what the relay's consumer reads today. A response may end with a partial batch; the caller
+A fetch lives as long as it takes. A broker's partitions are split into `lanes` (a partition
+keeps its lane); `send` puts one fetch on the wire for each lane that has none outstanding;
+`receive` waits a bounded time for answers and returns those that came; a fetch still out
+stays out, and its lane gets no second one until it is answered or times out (kafka-python
+fails it after the client's request timeout and closes the connection). A caller that no
+longer wants what it asked (`abandon`) gets the late answer dropped. So a link whose round
+trip is longer than the task loop's tick, or a broker slow to answer a thousand partitions, is
+waited for instead of abandoned at every tick; and a broker that answers less than a round
+trip's worth per fetch still fills a long link with two lanes or more.
+
+Read uncommitted, like the relay's consumer. Each broker gets an incremental fetch session
+(`relay.clients.fetch_session`, KIP-227) where it offers one: a request then names only the
+partitions whose fetch offset changed. A response may end with a partial batch; the caller
 fetches again from the next offset after the last whole batch (`relay.batches.rebuild` gives
 it), so nothing is returned twice or skipped.
 """
@@ -16,8 +27,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import closing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kafka import TopicPartition
@@ -25,15 +36,15 @@ from kafka import errors as kafka_errors
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest
 
-from relay.batches import SourceBatch, split_batches
-from relay.clients import admin
+from relay.clients.fetch_session import FetchSession, NextFetch
 from relay.clients.settings import client_settings, never_create_topics
-from relay.config import ClusterConfig
+from relay.config import ClusterConfig, FetchConfig
 
 TP = tuple[str, int]
 
 _FetchTopic = FetchRequest.FetchTopic
 _FetchPartition = _FetchTopic.FetchPartition
+_ForgottenTopic = FetchRequest.ForgottenTopic
 _READ_UNCOMMITTED = 0
 _MIN_VERSION = 4  # the first with magic-2 batches, last stable offset and aborted transactions
 _MAX_VERSION = 12  # the last addressing topics by name (13 uses topic ids)
@@ -49,6 +60,25 @@ class Fetched(NamedTuple):
     error: BaseException | None = None
 
 
+class Answer(NamedTuple):
+    key: TP
+    offset: int  # the fetch offset it answers
+    fetched: Fetched
+    node: str  # the broker asked, "host:port"
+
+
+@dataclass
+class _OnTheWire:
+    """One fetch sent to a broker and not answered yet."""
+
+    node: int
+    future: Any
+    offsets: dict[TP, int]  # every partition it covers (a session's too), at its fetch offset
+    sent_at: float
+    wanted: bool = True  # False once abandoned: its answer is dropped
+    session: FetchSession | None = field(default=None, repr=False)
+
+
 class BatchFetcher:
     def __init__(
         self,
@@ -59,92 +89,136 @@ class BatchFetcher:
         min_bytes: int = 1,
         partition_max_bytes: int = 8 * 1024 * 1024,
         max_bytes: int = 64 * 1024 * 1024,
+        sessions: bool = False,
+        lanes: int = 1,
+        client: Any = None,  # unit tests pass a stand-in for kafka-python's network client
     ):
-        settings = client_settings(cluster, request_timeout)
-        # its default frame limit (1 MB) is below a fetch's: the consumer raises it alike
-        settings["receive_message_max_bytes"] = max_bytes + _FRAME_MARGIN
-        # A fetch names its topics in metadata requests: they must not create them.
-        self._client = never_create_topics(KafkaNetClient(**settings))
+        if client is None:
+            settings = client_settings(cluster, request_timeout)
+            # its default frame limit (1 MB) is below a fetch's: the consumer raises it alike
+            settings["receive_message_max_bytes"] = max_bytes + _FRAME_MARGIN
+            # A fetch names its topics in metadata requests: they must not create them.
+            client = never_create_topics(KafkaNetClient(**settings))
+        self._client = client
         self._max_wait_ms = int(max_wait * 1000)
         self._min_bytes = min_bytes
         self._partition_max_bytes = partition_max_bytes
         self._max_bytes = max_bytes
+        self._sessions: dict[tuple[int, int], FetchSession] | None = {} if sessions else None
+        self._wire: dict[tuple[int, int], _OnTheWire] = {}  # by (node, lane)
+        self._lanes = max(1, lanes)
+        self._lane_of: dict[TP, int] = {}
+        self._turn = 0
         self._closed = False
 
-    def fetch(self, positions: Mapping[TP, int], timeout: float) -> dict[TP, Fetched]:
-        """One fetch per leader for `positions` (partition: fetch offset). Every partition gets
-        an answer; one whose leader is unknown or unreachable carries the error."""
+    # ---- pipelined: send, then receive what came ------------------------------------------
+
+    def send(self, positions: Mapping[TP, int]) -> list[Answer]:
+        """A fetch to each leader of `positions` that has none on the wire (the others' turn
+        comes once theirs is answered). Returns an error answer for each partition that could
+        not be asked: its leader is unknown."""
+        self._know_topics({topic for topic, _ in positions})
+        refused: list[Answer] = []
+        for node, keys in self._by_leader(positions, refused).items():
+            for lane, lane_keys in self._by_lane(keys).items():
+                if (node, lane) not in self._wire:
+                    offsets = {key: positions[key] for key in lane_keys}
+                    self._wire[(node, lane)] = self._send_to((node, lane), offsets)
+        return refused
+
+    def _by_lane(self, keys: list[TP]) -> dict[int, list[TP]]:
+        """A node's partitions in `lanes` groups, each with a fetch of its own on the wire: a
+        partition keeps its lane (one fetch at a time covers it), new ones go round."""
+        lanes: dict[int, list[TP]] = defaultdict(list)
+        for key in keys:
+            lane = self._lane_of.setdefault(key, len(self._lane_of) % self._lanes)
+            lanes[lane].append(key)
+        return lanes
+
+    def receive(self, timeout: float) -> list[Answer]:
+        """The answers to the fetches that completed, waiting up to `timeout` seconds for the
+        first one (none: nothing is on the wire, or nothing came in time)."""
         deadline = time.monotonic() + timeout
-        self._know_topics({topic for topic, _ in positions}, timeout)
-        found: dict[TP, Fetched] = {}
-        pending = []
-        for node, keys in self._by_leader(positions, found).items():
-            try:
-                self._client.await_ready(node, timeout_ms=_ms_left(deadline))
-            except kafka_errors.KafkaError as exc:
-                found.update({key: _failed(exc) for key in keys})
-                continue
-            pending.append((self._client.send(node, self._request(positions, keys)), keys))
-        for future, keys in pending:
-            self._client.poll(timeout_ms=_ms_left(deadline), future=future)
-            if future.succeeded():
-                found.update(self._answers(future.value))
-            else:
-                error = future.exception if future.failed() else None
-                error = error or kafka_errors.KafkaTimeoutError(f"no fetch response in {timeout}s")
-                found.update({key: _failed(error) for key in keys})
+        while self._wire and not any(w.future.is_done for w in self._wire.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._client.poll(timeout_ms=max(1, int(left * 1000)))
+        answers: list[Answer] = []
+        for where, wire in list(self._wire.items()):
+            if wire.future.is_done:
+                del self._wire[where]
+                answers += self._answers_of(wire)
+        return answers
+
+    def waiting_on(self) -> dict[str, float]:
+        """The brokers a fetch is out to, and since when (monotonic seconds)."""
+        return {self._address(w.node): w.sent_at for w in self._wire.values() if w.wanted}
+
+    def abandon(self) -> None:
+        """What is on the wire is no longer wanted (the positions moved, or the task ended):
+        its answers are dropped when they come, and only then does the node get a new fetch."""
+        for wire in self._wire.values():
+            wire.wanted = False
+
+    # ---- one fetch, waited for (start-up reads) ------------------------------------------
+
+    def fetch(self, positions: Mapping[TP, int], timeout: float) -> dict[TP, Fetched]:
+        """One fetch per leader for `positions` (partition: fetch offset), waited for up to
+        `timeout`. Every partition gets an answer; one whose leader is unknown or unreachable,
+        or that was not answered in time, carries the error."""
+        deadline = time.monotonic() + timeout
+        found = {a.key: a.fetched for a in self.send(positions)}
+        while self._wire and len(found) < len(positions):
+            answers = self.receive(max(0.0, deadline - time.monotonic()))
+            found.update({a.key: a.fetched for a in answers if a.key in positions})
+            if time.monotonic() >= deadline:
+                break
+        self.abandon()
+        late = kafka_errors.KafkaTimeoutError(f"no fetch response in {timeout}s")
         for key in positions:
-            found.setdefault(key, _failed(kafka_errors.UnknownTopicOrPartitionError(str(key))))
+            found.setdefault(key, _failed(late))
         return found
 
-    def _know_topics(self, topics: set[str], timeout: float) -> None:
-        cluster = self._client.cluster
-        if all(cluster.partitions_for_topic(topic) is not None for topic in topics):
-            return
-        future = cluster.set_topics(topics | set(cluster.topics()))
-        self._client.poll(timeout_ms=int(timeout * 1000), future=future)
+    # ---- the wire -------------------------------------------------------------------------
 
-    def _by_leader(self, positions: Iterable[TP], found: dict[TP, Fetched]) -> dict[int, list[TP]]:
-        by_node: dict[int, list[TP]] = defaultdict(list)
-        cluster = self._client.cluster
-        for key in positions:
-            leader = cluster.leader_for_partition(TopicPartition(*key))
-            if leader is None or leader == -1:
-                cluster.request_update()
-                found[key] = _failed(kafka_errors.LeaderNotAvailableError(str(key)))
-            else:
-                by_node[leader].append(key)
-        return by_node
+    def _send_to(self, where: tuple[int, int], offsets: dict[TP, int]) -> _OnTheWire:
+        node, session = where[0], None
+        if self._sessions is not None:
+            session = self._sessions.setdefault(where, FetchSession())
+            wanted = {key: (offset, self._partition_max_bytes) for key, offset in offsets.items()}
+            plan = session.next_fetch(wanted)
+            offsets = {key: w[0] for key, w in session.partitions().items()}
+        else:
+            plan = NextFetch(0, -1, {k: (o, self._partition_max_bytes) for k, o in offsets.items()},
+                             [], True)  # fmt: skip
+        future = self._client.send(node, self._request(plan))
+        return _OnTheWire(node, future, offsets, time.monotonic(), True, session)
 
-    def _request(self, positions: Mapping[TP, int], keys: list[TP]) -> FetchRequest:
-        by_topic: dict[str, list[Any]] = defaultdict(list)
-        for topic, partition in keys:
-            by_topic[topic].append(
-                _FetchPartition(
-                    partition=partition,
-                    current_leader_epoch=-1,
-                    fetch_offset=positions[(topic, partition)],
-                    last_fetched_epoch=-1,
-                    log_start_offset=-1,
-                    partition_max_bytes=self._partition_max_bytes,
-                )
-            )
-        return FetchRequest(
-            max_wait_ms=self._max_wait_ms,
-            min_bytes=self._min_bytes,
-            max_bytes=self._max_bytes,
-            isolation_level=_READ_UNCOMMITTED,
-            session_id=0,
-            session_epoch=-1,
-            topics=[_FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
-            forgotten_topics_data=[],
-            rack_id="",
-            min_version=_MIN_VERSION,
-            max_version=_MAX_VERSION,
-        )
+    def _answers_of(self, wire: _OnTheWire) -> list[Answer]:
+        node = self._address(wire.node)
+        if not wire.future.succeeded():
+            if wire.session is not None:
+                wire.session.forget()
+            error = wire.future.exception or kafka_errors.KafkaTimeoutError("no fetch response")
+            if not wire.wanted:
+                return []
+            return [
+                Answer(key, offset, _failed(error), node) for key, offset in wire.offsets.items()
+            ]
+        response = wire.future.value
+        if wire.session is not None:
+            wire.session.answered(getattr(response, "error_code", 0),
+                                  getattr(response, "session_id", 0))  # fmt: skip
+        if not wire.wanted:
+            return []
+        answers = []
+        for key, fetched in self._parts(response):
+            if key in wire.offsets:
+                answers.append(Answer(key, wire.offsets[key], fetched, node))
+        return answers
 
-    def _answers(self, response: Any) -> dict[TP, Fetched]:
-        found = {}
+    def _parts(self, response: Any) -> Iterable[tuple[TP, Fetched]]:
         for topic in response.responses:
             for part in topic.partitions:
                 key = (topic.topic, part.partition_index)
@@ -153,10 +227,74 @@ class BatchFetcher:
                     error = kafka_errors.for_code(part.error_code)(f"{key[0]}[{key[1]}]")
                     if isinstance(error, kafka_errors.InvalidMetadataError):
                         self._client.cluster.request_update()
-                found[key] = Fetched(
-                    part.records or b"", part.high_watermark, part.log_start_offset, error
+                yield (
+                    key,
+                    Fetched(part.records or b"", part.high_watermark, part.log_start_offset, error),
                 )
-        return found
+
+    def _know_topics(self, topics: set[str]) -> None:
+        """Metadata for `topics`, asked for when missing and polled briefly: a partition
+        whose leader is still unknown gets an error answer and is asked again later."""
+        cluster = self._client.cluster
+        if all(cluster.partitions_for_topic(topic) is not None for topic in topics):
+            return
+        future = cluster.set_topics(topics | set(cluster.topics()))
+        self._client.poll(timeout_ms=_METADATA_WAIT_MS, future=future)
+
+    def _by_leader(self, positions: Iterable[TP], refused: list[Answer]) -> dict[int, list[TP]]:
+        by_node: dict[int, list[TP]] = defaultdict(list)
+        cluster = self._client.cluster
+        for key in positions:
+            leader = cluster.leader_for_partition(TopicPartition(*key))
+            if leader is None or leader == -1:
+                cluster.request_update()
+                error = kafka_errors.LeaderNotAvailableError(str(key))
+                refused.append(Answer(key, positions[key], _failed(error), "?"))  # type: ignore[index]
+            else:
+                by_node[leader].append(key)
+        return by_node
+
+    def _address(self, node: int) -> str:
+        broker = self._client.cluster.broker_metadata(node)
+        return f"{broker.host}:{broker.port}" if broker is not None else f"node {node}"
+
+    def _request(self, plan: NextFetch) -> FetchRequest:
+        # A broker fills an answer's max_bytes in the request's order: the order turns from one
+        # request to the next, so that with more data than fits, no partition waits behind
+        # the same others every time (what Kafka's consumer does too).
+        entries = list(plan.send.items())
+        self._turn += 1
+        turn = self._turn % len(entries) if entries else 0
+        by_topic: dict[str, list[Any]] = defaultdict(list)
+        for (topic, partition), (offset, max_bytes) in entries[turn:] + entries[:turn]:
+            by_topic[topic].append(
+                _FetchPartition(
+                    partition=partition,
+                    current_leader_epoch=-1,
+                    fetch_offset=offset,
+                    last_fetched_epoch=-1,
+                    log_start_offset=-1,
+                    partition_max_bytes=max_bytes,
+                )
+            )
+        forgotten: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in plan.forget:
+            forgotten[topic].append(partition)
+        return FetchRequest(
+            max_wait_ms=self._max_wait_ms,
+            min_bytes=self._min_bytes,
+            max_bytes=self._max_bytes,
+            isolation_level=_READ_UNCOMMITTED,
+            session_id=plan.session_id,
+            session_epoch=plan.epoch,
+            topics=[_FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            forgotten_topics_data=[
+                _ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()
+            ],
+            rack_id="",
+            min_version=_MIN_VERSION,
+            max_version=_MAX_VERSION,
+        )
 
     def close(self) -> None:
         if not self._closed:
@@ -164,72 +302,28 @@ class BatchFetcher:
             self._client.close()
 
 
-def fetch_range(
-    fetcher: BatchFetcher, key: TP, lower: int, upper: int, timeout: float
-) -> list[SourceBatch]:
-    """The whole batches holding the offsets in [lower, upper), in order (the first may begin
-    before `lower`: a fetch starts at the batch holding its offset)."""
-    out: list[SourceBatch] = []
-    position = lower
-    deadline = time.monotonic() + timeout
-    while position < upper:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"reading {key[0]}[{key[1]}] {lower}..{upper} timed out")
-        fetched = fetcher.fetch({key: position}, _seconds_left(deadline))[key]
-        if fetched.error is not None:
-            if not getattr(fetched.error, "retriable", False):
-                raise fetched.error
-            time.sleep(0.05)  # a leader moving or metadata refreshing; bounded by the deadline
-            continue
-        batches, _ = split_batches(fetched.data)
-        for batch in batches:
-            if batch.base_offset >= upper:
-                return out
-            if batch.next_offset > position:
-                out.append(batch)
-                position = batch.next_offset
-        if not batches and position >= fetched.high_watermark:
-            break  # nothing more to read (the end moved back: a truncated log)
-    return out
+_METADATA_WAIT_MS = 1000  # metadata not there yet: the partitions are asked again next time
 
 
-def read_tails(
-    cluster: ClusterConfig,
-    tps: list[TP],
-    satisfied: Callable[[TP, list[SourceBatch]], bool],
-    timeout: float,
-    first_window: int = 500,
-    max_records: int = 200_000,
-) -> dict[TP, list[SourceBatch]]:
-    """The tail of each partition as record batches, read backwards in growing windows until
-    `satisfied(tp, batches)` says enough, the log start is reached, or `max_records` offsets
-    were read."""
-    begin, end = admin.offset_bounds(cluster, tps, timeout)
-    tails: dict[TP, list[SourceBatch]] = {}
-    with closing(BatchFetcher(cluster, timeout)) as fetcher:
-        for key in tps:
-            batches: list[SourceBatch] = []
-            upper, window = end[key], first_window
-            while upper > begin[key]:
-                lower = max(begin[key], upper - window)
-                older = fetch_range(fetcher, key, lower, upper, timeout)
-                if batches and older and older[-1].next_offset > batches[0].base_offset:
-                    older.pop()  # the batch holding `upper` was read with the later window
-                batches = older + batches
-                if satisfied(key, batches) or end[key] - lower >= max_records:
-                    break
-                upper, window = lower, window * 4
-            tails[key] = batches
-    return tails
+def probe(
+    cluster: ClusterConfig, positions: Mapping[TP, int], fetch: FetchConfig
+) -> tuple[float, dict[TP, BaseException]]:
+    """One fetch of every partition at its position, as a task would send it (ktm check):
+    how long the answer took, and the partitions that failed, with their errors."""
+    # min_bytes 1: answered as soon as anything is there (the configured wait, not 0: Tansu
+    # answers a fetch that may not wait at all with no partition)
+    fetcher = BatchFetcher(cluster, fetch.timeout, max_wait=fetch.max_wait, min_bytes=1,
+                           partition_max_bytes=fetch.partition_max_bytes,
+                           max_bytes=fetch.max_bytes)  # fmt: skip
+    try:
+        fetcher.fetch(positions, fetch.timeout)  # connections and metadata: not timed
+        began = time.monotonic()
+        found = fetcher.fetch(positions, fetch.timeout)
+        took = time.monotonic() - began
+    finally:
+        fetcher.close()
+    return took, {key: f.error for key, f in found.items() if f.error is not None}
 
 
 def _failed(error: BaseException) -> Fetched:
     return Fetched(b"", -1, -1, error)
-
-
-def _seconds_left(deadline: float) -> float:
-    return max(0.001, deadline - time.monotonic())
-
-
-def _ms_left(deadline: float) -> int:
-    return max(1, int((deadline - time.monotonic()) * 1000))

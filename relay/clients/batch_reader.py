@@ -5,6 +5,13 @@ poll returns each partition's whole record batches as bytes (`relay.batches.Sour
 a Python object per record. Fetches go through `BatchFetcher` and its own network client (a
 client polled from two threads fails: kafka-python's consumer may poll its own from a heartbeat
 thread); the consumer never fetches: it is there for the source group's commits.
+
+Fetches are pipelined: a poll puts a fetch on the wire to every leader that has none out,
+waits at most its timeout for answers, and as soon as a partition's answer is handed over the
+next fetch from its new position is sent, so it travels while the task writes what came. A
+fetch slower than a poll stays out and is collected by a later poll: a long link or a slow
+broker is waited for, never abandoned at every tick. Fetches that fail or time out are counted
+per broker (`trouble`), for the driver to log and show.
 """
 
 from __future__ import annotations
@@ -12,76 +19,108 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from kafka import TopicPartition
 from kafka import errors as kafka_errors
 
 from relay.batches import SourceBatch, split_batches
-from relay.clients.batch_fetch import BatchFetcher, Fetched
+from relay.clients.batch_fetch import Answer, BatchFetcher
 from relay.clients.consumer import TP, GroupReader
-from relay.config import ClusterConfig
+from relay.config import ClusterConfig, FetchConfig
+from relay.spec import FetchTrouble
 
 log = logging.getLogger(__name__)
 
 ASYNC_COMMIT_WAIT_MS = 300  # a commit in the loop: a dead source node stalls it this long at most
-# A fetch waits until this much is there or the wait is over: at low rates a few fetches a
-# second carry many records each (a fetch, rebuild and produce costs about the same for one
-# record as for a hundred); at high rates it fills at once. The wait trades CPU for latency;
-# measured at 5,000 records/s, 4 partitions (scripts.bench --sections latency, median of 3):
-# no wait (min 1 byte) 0.20 cores, p99 128 ms (one run); 20 ms 0.21 cores, p99 137 ms; 30 ms
-# 0.17 cores, p99 194 ms; 50 ms 0.13 cores, p99 221 ms. 30 ms keeps p99 under 200 ms.
-FETCH_MIN_BYTES = 64 * 1024
-FETCH_MAX_WAIT = 0.03  # seconds
 ERROR_PAUSE = 0.1  # seconds: a poll whose every partition failed waits this long (no spinning)
+SLOW_FETCH = 2.0  # seconds a fetch may be out before the driver hears of it
+
+
+@dataclass
+class NodeTrouble:
+    """Fetches from one broker that failed since the task last reported."""
+
+    failures: int = 0
+    error: str = ""  # the last one, "Type: message"
 
 
 class BatchReader(GroupReader):
-    def __init__(self, cluster: ClusterConfig, group_id: str, request_timeout: float = 10.0):
-        super().__init__(cluster, group_id, request_timeout)
+    def __init__(self, cluster: ClusterConfig, group_id: str, fetch: FetchConfig | None = None):
+        fetch = fetch or FetchConfig()
+        super().__init__(cluster, group_id, fetch.timeout)
+        # A fetch waits until min_bytes are there or max_wait is over: at low rates a few
+        # fetches a second carry many records each (a fetch, rebuild and produce costs about
+        # the same for one record as for a hundred); at high rates it fills at once.
         self._fetcher = BatchFetcher(
-            cluster, request_timeout, max_wait=FETCH_MAX_WAIT, min_bytes=FETCH_MIN_BYTES
+            cluster,
+            fetch.timeout,
+            max_wait=fetch.max_wait,
+            min_bytes=fetch.min_bytes,
+            partition_max_bytes=fetch.partition_max_bytes,
+            max_bytes=fetch.max_bytes,
+            sessions=True,
+            lanes=fetch.in_flight,
         )
         self._positions: dict[TP, int] = {}
         self._paused: set[TP] = set()
         self._highwater: dict[TP, int] = {}
+        self.trouble: dict[str, NodeTrouble] = {}
 
     def assign(self, starts: Mapping[TP, int]) -> None:
-        """Read exactly these partitions, each from its start offset."""
+        """Read exactly these partitions, each from its start offset. A fetch still out from
+        an earlier assignment is answered for positions nobody wants any more: dropped."""
+        self._fetcher.abandon()
         self._tps = {key: TopicPartition(*key) for key in starts}
         self._positions = dict(starts)
         self._paused = set()
         self._highwater = {}
 
     def poll(self, timeout: float) -> dict[TP, list[SourceBatch]]:
-        """The whole batches fetched for each partition (the first may begin before the
-        partition's position: a fetch starts at the batch holding it). A partition's position
-        moves past the batches returned, so the next fetch goes on after them."""
-        wanted = {k: o for k, o in self._positions.items() if k not in self._paused}
+        """The whole batches fetched for each partition that got an answer within `timeout`
+        (the first may begin before the partition's position: a fetch starts at the batch
+        holding it). A partition's position moves past the batches returned, so the next fetch
+        goes on after them; it is on the wire already when this returns."""
+        wanted = self._wanted()
         if not wanted:
             return {}
+        answers = self._fetcher.send(wanted) + self._fetcher.receive(timeout)
         found: dict[TP, list[SourceBatch]] = {}
-        failed = 0
-        for key, fetched in self._fetcher.fetch(wanted, timeout).items():
-            if fetched.error is not None:
-                failed += 1
-                self._on_error(key, fetched)
+        failed: dict[str, BaseException] = {}  # broker: the error of its failed fetch
+        for answer in answers:
+            if answer.key not in wanted or answer.offset != self._positions[answer.key]:
+                continue  # asked for a position that has moved since, or a paused partition
+            if answer.fetched.error is not None:
+                if self._on_error(answer):
+                    failed[answer.node] = answer.fetched.error
                 continue
-            self._highwater[key] = fetched.high_watermark
-            batches, _ = split_batches(fetched.data)
+            self._highwater[answer.key] = answer.fetched.high_watermark
+            batches, _ = split_batches(answer.fetched.data)
             if batches:
-                found[key] = batches
-                self._positions[key] = max(self._positions[key], batches[-1].next_offset)
-        if failed == len(wanted):
+                found[answer.key] = batches
+                self._positions[answer.key] = max(
+                    self._positions[answer.key], batches[-1].next_offset
+                )
+        if answers:
+            self._fetcher.send(self._wanted())  # the next fetch travels while these are written
+        for node, error in failed.items():
+            trouble = self.trouble.setdefault(node, NodeTrouble())
+            trouble.failures += 1
+            trouble.error = f"{type(error).__name__}: {error}"
+        if failed and not found:
             time.sleep(min(timeout, ERROR_PAUSE))
         return found
 
-    def _on_error(self, key: TP, fetched: Fetched) -> None:
-        """Retriable errors (a leader moving, a node down) are retried by the next poll; the
-        driver's health checks decide about a node that stays down. A position before the log
-        start (retention deleted records not yet relayed) moves to the log start, as the
-        record path's consumer does (auto_offset_reset=earliest), with a warning naming the
-        offsets lost; any other error fails the task."""
-        error = fetched.error
+    def _wanted(self) -> dict[TP, int]:
+        return {k: o for k, o in self._positions.items() if k not in self._paused}
+
+    def _on_error(self, answer: Answer) -> bool:
+        """Retriable errors (a leader moving, a node down, a fetch timed out) are retried by
+        the next poll, and counted (True); the driver's health checks decide about a node that
+        stays down. A position before the log start (retention deleted records not yet
+        relayed) moves to the log start, as the record path's consumer does (auto_offset_reset=
+        earliest), with a warning naming the offsets lost; any other error fails the task."""
+        key, error = answer.key, answer.fetched.error
         if isinstance(error, kafka_errors.OffsetOutOfRangeError):
             tp = self._tps[key]
             begin = self._consumer.beginning_offsets([tp])[tp]
@@ -95,9 +134,25 @@ class BatchReader(GroupReader):
                     begin - 1,
                 )
                 self._positions[key] = begin
-                return
+                return False
         if error is not None and not getattr(error, "retriable", False):
             raise error
+        return True
+
+    def take_trouble(self) -> list[FetchTrouble]:
+        """Brokers whose fetches failed since the last call, or that a fetch has been out to
+        for a while; the counts start over."""
+        now = time.monotonic()
+        waiting = {node: now - since for node, since in self._fetcher.waiting_on().items()}
+        slow = {node for node, seconds in waiting.items() if seconds >= SLOW_FETCH}
+        found = [
+            FetchTrouble(node, t.failures, t.error, round(waiting.get(node, 0.0), 1))
+            for node, t in sorted(self.trouble.items())
+        ]
+        found += [FetchTrouble(node, 0, "", round(waiting[node], 1))
+                  for node in sorted(slow - set(self.trouble))]  # fmt: skip
+        self.trouble = {}
+        return found
 
     def commit_async(self, offsets: Mapping[TP, int], done: Callable[[], None]) -> None:
         """Committed at once, waiting at most `ASYNC_COMMIT_WAIT_MS`: nothing polls the consumer's

@@ -20,14 +20,16 @@ def check(opts: Options) -> int:
             f"{opts.config_path}: nothing to check: give [[sources]] and [target] (relay), "
             "[[sources]] and [store] (backup), or [target] and [store] (restore)"
         )
+    failed = False
     if cfg.sources and cfg.target:
-        _relay_plan(cfg, opts)
+        failed = _relay_plan(cfg, opts)
     if cfg.store is not None:
         _store_report(cfg)
-    return 0
+    return 1 if failed else 0
 
 
-def _relay_plan(cfg: Config, opts: Options) -> None:
+def _relay_plan(cfg: Config, opts: Options) -> bool:
+    """The relay's plan; True if the source could not be fetched from."""
     from relay.engine.metrics import Metrics
     from relay.pipelines.jobs import Relay
 
@@ -47,10 +49,36 @@ def _relay_plan(cfg: Config, opts: Options) -> None:
             f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
         )
     click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
+    failed = _fetch_report(cfg, relay.pipeline.pool.active, snap.rows)
     _groups_report(cfg, groups)
     target = cfg.need_target()
     group = f"{cfg.app.group_id}.relay"
     click.echo(members_line(target.cluster, target.request_timeout, group))
+    return failed
+
+
+def _fetch_report(cfg: Config, node: Any, rows: Any) -> bool:
+    """One fetch of every partition from the source node, timed as a task would see it: a
+    long link or a broker slow with many partitions shows here, not as a silent relay."""
+    from relay.clients.batch_fetch import probe
+    from relay.clients.settings import describe
+
+    positions = {row.route.key: row.next_offset for row in rows}
+    if not positions:
+        return False
+    fetch = cfg.source_pool.fetch
+    took, errors = probe(node, positions, fetch)
+    where = f"source {describe(node)}"
+    if not errors:
+        click.echo(f"fetch from {where}: {len(positions)} partitions answered in {took:.2f}s")
+        return False
+    (key, error), more = next(iter(errors.items())), len(errors) - 1
+    others = f" (and {more} more)" if more else ""
+    click.echo(
+        f"fetch from {where}: {key[0]}[{key[1]}]{others} failed after {took:.2f}s: "
+        f"{type(error).__name__}: {error} ([source_pool].fetch_timeout {fetch.timeout:g}s)"
+    )
+    return True
 
 
 def _topics_report(cfg: Config, plan: Any) -> None:

@@ -30,7 +30,7 @@ def _from_sources(opts: Options, kind: str) -> int:
             cfg,
             stop_at_end=opts.stop_at_end,
             stop_event=stop,
-            metrics=Metrics(),
+            metrics=Metrics(per_partition=cfg.app.partition_metrics),
             master=opts.master,
             failover=opts.mode == "failover",
         )

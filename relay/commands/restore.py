@@ -28,7 +28,7 @@ def restore(opts: Options, options: RestoreOptions, groups: bool) -> int:
             cfg,
             stop_at_end=not options.follow,
             stop_event=stop,
-            metrics=Metrics(),
+            metrics=Metrics(per_partition=cfg.app.partition_metrics),
             options=options,
             master=opts.master,
         )

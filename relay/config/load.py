@@ -16,6 +16,7 @@ from relay.config.model import (
     DiscoverConfig,
     FilterConfig,
     GroupsConfig,
+    LimitsConfig,
     SourcePoolConfig,
     SparkConfig,
     StoreConfig,
@@ -74,6 +75,7 @@ def load_config(
         target=_target(doc.sub("target")) if "target" in doc.mapping else None,
         filters=_filters(doc, cli_filters),
         store=_store(doc.sub("store"), sources) if "store" in doc.mapping else None,
+        limits=_build(LimitsConfig, doc.sub("limits")),
     )
 
 

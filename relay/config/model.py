@@ -91,6 +91,9 @@ class AppConfig:
     session_timeout: float = field(
         default=6.0, metadata=_reads(_duration, minimum=1.0, maximum=300.0)
     )
+    # /metrics: a series per partition, or (false) per topic with partition "*": at 10,000
+    # partitions a scrape is ~4 MB of per-partition series (docs: "Operating").
+    partition_metrics: bool = field(default=True, metadata=_reads(_bool))
 
 
 @dataclass(frozen=True)
@@ -107,9 +110,58 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class FetchConfig:
+    """How tasks fetch from a source node (the `fetch_*` keys of `[source_pool]`), carried in
+    the task specs. The defaults hold from loopback to a 300 ms round trip: one fetch per
+    leader stays out as long as it takes (up to `timeout`), and a response may carry up to
+    `max_bytes` (`partition_max_bytes` of each partition), far more than a 300 ms link at
+    100 MB/s holds in flight. `min_bytes` and `max_wait` trade CPU for latency at low rates."""
+
+    timeout: float = 30.0
+    max_bytes: int = 64 * 1024 * 1024
+    partition_max_bytes: int = 8 * 1024 * 1024
+    min_bytes: int = 64 * 1024
+    max_wait: float = 0.03
+    in_flight: int = 2  # fetches on the wire per broker, each for its share of the partitions
+
+    def within(self, records_per_second: float, bytes_per_second: float) -> FetchConfig:
+        """Fetch sizes that bring at most about `LIMITED_READ` seconds of a rate limit per
+        answer (a task throttled to 1 MB/s must not get 64 MB at once). With a records limit
+        alone, records are taken to be at least 64 bytes."""
+        caps = [self.max_bytes]
+        if bytes_per_second:
+            caps.append(int(bytes_per_second * LIMITED_READ))
+        if records_per_second:
+            caps.append(int(records_per_second * LIMITED_READ * 64))
+        most = max(MIN_LIMITED_FETCH, min(caps))
+        return dataclasses.replace(
+            self, max_bytes=most, partition_max_bytes=min(self.partition_max_bytes, most)
+        )
+
+
+LIMITED_READ = 0.2  # seconds of a [limits] rate one fetch answer may bring
+MIN_LIMITED_FETCH = 16 * 1024  # bytes: a fetch smaller than this costs more than it saves
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """`[limits]`: what the whole group of ktm processes on this config may read per second
+    (0: no limit). Each process takes its share of the partitions it owns, each task of the
+    partitions it serves; changed by restarting the processes one at a time."""
+
+    records_per_second: int = field(default=0, metadata=_reads(_int, minimum=0))
+    bytes_per_second: int = field(default=0, metadata=_reads(_size, minimum=0))
+
+    @property
+    def any(self) -> bool:
+        return bool(self.records_per_second or self.bytes_per_second)
+
+
+@dataclass(frozen=True)
 class SourcePoolConfig:
     healthcheck_interval: float = field(default=3.0, metadata=_reads(_duration, positive=True))
-    request_timeout: float = field(default=1.0, metadata=_reads(_duration, positive=True))
+    # A health check takes ~4 round trips: 2 s holds up to a 300 ms link.
+    request_timeout: float = field(default=2.0, metadata=_reads(_duration, positive=True))
     offset_lag_threshold: int = field(default=1000, metadata=_reads(_int, minimum=0))
     max_retries: int = field(default=-1, metadata=_reads(_int, minimum=-1))  # -1: forever
     backoff_min: float = field(default=1.0, metadata=_reads(_duration))
@@ -117,6 +169,31 @@ class SourcePoolConfig:
     randomize_initial: bool = field(default=False, metadata=_reads(_bool))
     # What to do when the record at the resume point on a new node differs from what was relayed.
     on_mismatch: str = field(default="stop", metadata=_reads(_choice, choices=ON_MISMATCH))
+    # How the relay and backup tasks fetch (FetchConfig says why the defaults are what they are).
+    fetch_timeout: float = field(default=30.0, metadata=_reads(_duration, minimum=1.0))
+    fetch_max_bytes: int = field(
+        default=64 * 1024 * 1024, metadata=_reads(_size, minimum=64 * 1024)
+    )
+    fetch_partition_max_bytes: int = field(
+        default=8 * 1024 * 1024, metadata=_reads(_size, minimum=16 * 1024)
+    )
+    fetch_min_bytes: int = field(default=64 * 1024, metadata=_reads(_size, minimum=1))
+    fetch_max_wait: float = field(default=0.03, metadata=_reads(_duration, maximum=10.0))
+    # Fetches on the wire per source broker, each for its share of the task's partitions: a
+    # broker that answers less than a round trip's worth per fetch (Tansu: ~5 MB, one
+    # partition's data) still keeps a long link busy.
+    fetch_in_flight: int = field(default=2, metadata=_reads(_int, minimum=1, maximum=8))
+
+    @property
+    def fetch(self) -> FetchConfig:
+        return FetchConfig(
+            self.fetch_timeout,
+            self.fetch_max_bytes,
+            self.fetch_partition_max_bytes,
+            self.fetch_min_bytes,
+            self.fetch_max_wait,
+            self.fetch_in_flight,
+        )
 
 
 @dataclass(frozen=True)
@@ -132,6 +209,17 @@ class TargetConfig:
     backoff_max: float = field(default=10.0, metadata=_reads(_duration))
     acks: str = field(default="all", metadata=_reads(_acks))
     request_timeout: float = field(default=30.0, metadata=_reads(_duration, positive=True))
+    # Produce requests on the wire per connection (idempotence allows up to five): across a
+    # long link one at a time would carry one batch per partition per round trip.
+    max_in_flight: int = field(default=5, metadata=_reads(_int, minimum=1, maximum=5))
+    # Bytes a task may have written and not yet acknowledged before it stops fetching: a slow
+    # or far target makes the task wait instead of queueing records until they expire.
+    buffer_memory: int = field(
+        default=64 * 1024 * 1024, metadata=_reads(_size, minimum=1024 * 1024)
+    )
+    # Not a key: the largest batch the destination takes, its max.message.bytes where its
+    # topics describe one (relay.engine.driver.setup), else about Kafka's default.
+    max_batch_bytes: int = 1_000_000
     # ktm relay creates a missing destination topic (and adds partitions to one that has fewer
     # than its source) only when asked: a mistyped destination must not become a new topic.
     create_topics: bool = field(default=False, metadata=_reads(_bool))
@@ -226,6 +314,7 @@ class Config:
     store: StoreConfig | None = None
     discover: DiscoverConfig = DiscoverConfig()
     groups: GroupsConfig = GroupsConfig()
+    limits: LimitsConfig = LimitsConfig()
 
     def need_target(self) -> TargetConfig:
         if self.target is None:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from relay.spec import ChannelAddress, GroupResult, PartitionProgress, TaskError
+from relay.spec import ChannelAddress, FetchTrouble, GroupResult, PartitionProgress, TaskError
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,8 @@ def encode_result(result: GroupResult) -> dict[str, Any]:
         "elapsed": result.elapsed,
         "pid": result.worker_pid,
         "lat": list(result.latencies),
+        "trouble": [[t.node, t.failures, t.error, t.waiting] for t in result.trouble],
+        "held": result.throttled,
     }
 
 
@@ -112,6 +114,11 @@ def decode_result(data: dict[str, Any]) -> GroupResult:
         elapsed=float(data.get("elapsed", 0.0)),
         worker_pid=int(data.get("pid", 0)),
         latencies=tuple(float(x) for x in data.get("lat", ())),
+        trouble=tuple(
+            FetchTrouble(str(node), int(failures), str(error), float(waiting))
+            for node, failures, error, waiting in data.get("trouble", ())
+        ),
+        throttled=float(data.get("held", 0.0)),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from relay.config import ClusterConfig
-from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, SourcePartition
+from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, Rates, SourcePartition
 
 REPORT_INTERVAL = 0.5  # seconds between a task's progress reports to the driver
 
@@ -60,8 +60,10 @@ class Pipeline(Protocol):
         task_id: int,
         works: tuple[PartitionWork, ...],
         channel: ChannelAddress,
+        rates: Rates,
     ) -> Any:
-        """The picklable spec of one task (relay.engine.executor.task runs it)."""
+        """The picklable spec of one task (relay.engine.executor.task runs it), with its share
+        of `[limits]`."""
         ...
 
     def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, NamedTuple
 
 from relay.batches import DestBatch, Origin, SourceBatch, codecs, rebuild
-from relay.batches.build import DEFAULT_BUDGET
+from relay.batches.build import COPY_FRACTION, DEFAULT_BUDGET
 from relay.batches.encode import encode_records
 from relay.clients.producer import TOO_LARGE, Delivery, PartitionFailed, Producer
 from relay.config import TargetConfig
@@ -23,6 +23,26 @@ from relay.resume import destination_next_offsets
 from relay.spec import PROVENANCE_HEADER, PartitionRoute, PartitionWork, provenance_prefix
 
 MAX_LATENCY_SAMPLES = 200  # per report: enough for a histogram, small to send
+# A partition with this many runs unacknowledged waits on the destination, not on the CPU (a
+# far target: each round trip carries at most five batches per partition, idempotence's
+# limit): its next batches are merged up to WIDE_BATCH bytes, re-framing each record (~1.5 µs)
+# to carry about four times as much per round trip (measured to a target 240 ms away: 120 kB
+# batches 57k records/s, 1 MB batches 146k/s).
+DEEP_QUEUE = 10
+WIDE_BATCH = 960 * 1024
+
+
+class _Sent(NamedTuple):
+    """A run of records (or a built batch) handed to the producer, not acknowledged yet."""
+
+    first: int  # first source offset
+    records: int
+    delivery: Delivery
+    # (offset, size) of the run's largest record: named if the destination refuses it as too
+    # large (None for a built batch: its records are not looked at)
+    largest: tuple[int, int] | None
+    written_at: float
+    size: int  # bytes of keys, values and headers
 
 
 class KafkaTarget:
@@ -45,6 +65,9 @@ class KafkaTarget:
 
     def abandon(self) -> None:
         sides.abandon_producer(self.target)
+
+    def buffer_limit(self) -> int | None:
+        return self.target.buffer_memory
 
     def evict(self, kind: str) -> None:
         """Drop the producer after a failure so the next round starts from a clean connection
@@ -87,16 +110,16 @@ class KafkaWriter:
         origin: Origin,
         latencies: list[float],
         shape: tuple[int, int] = (codecs.NONE, DEFAULT_BUDGET),
+        widest: int = WIDE_BATCH,  # the destination's largest batch (max.message.bytes)
     ):
         self.producer, self.route, self.origin = producer, route, origin
         self.prefix = provenance_prefix(origin.cluster, origin.topic, origin.partition)
         self.codec, self.budget = shape  # of the destination batches the batch path builds
-        # (first source offset, record count, delivery of the run holding them, (offset, size)
-        # of the run's largest record: named if the destination refuses it as too large (None
-        # for a built batch), when it was written)
-        self.pending: deque[tuple[int, int, Delivery, tuple[int, int] | None, float]] = deque()
+        self.wide = max(self.budget, min(WIDE_BATCH, widest))
+        self.pending: deque[_Sent] = deque()  # in order: acks come in order
         self.acked = 0  # records acknowledged
         self.written_bytes = 0
+        self.unacked_bytes = 0  # of the pending runs
         self.segments = 0
         self._latencies = latencies  # shared by the task's partitions, emptied at each report
 
@@ -127,7 +150,9 @@ class KafkaWriter:
         for count, future in segments:
             big = max(range(index, index + count), key=sizes.__getitem__)
             largest = (records[big].offset, sizes[big])
-            self.pending.append((records[index].offset, count, future, largest, now))
+            size = sum(sizes[index : index + count])
+            self.pending.append(_Sent(records[index].offset, count, future, largest, now, size))
+            self.unacked_bytes += size
             index += count
         self._sample_latency(segments[-1][1], records[-1].timestamp)
 
@@ -141,9 +166,13 @@ class KafkaWriter:
         """The batch path: source batches rebuilt into destination batches (the records at or
         after `start` and before `stop`, less `drop`), each queued whole; returns how many
         records were queued and the next offset to fetch."""
+        budget, copy_fraction = self.budget, COPY_FRACTION
+        if len(self.pending) >= DEEP_QUEUE:  # the destination holds the relay back
+            budget, copy_fraction = self.wide, 1
         rebuilt = rebuild(
-            batches, start, self.origin, self.codec, self.budget, stop=stop, drop=drop
-        )
+            batches, start, self.origin, self.codec, budget, stop=stop, drop=drop,
+            copy_fraction=copy_fraction,
+        )  # fmt: skip
         if rebuilt.batches:
             self._queue(rebuilt.batches)
         return sum(built.count for built in rebuilt.batches), rebuilt.next_offset
@@ -160,8 +189,10 @@ class KafkaWriter:
         now = time.monotonic()
         for built, delivery in zip(batches, deliveries, strict=True):
             # a batch refused as too large names the batch: its records are not looked at
-            self.pending.append((built.first_offset, built.count, delivery, None, now))
+            sent = _Sent(built.first_offset, built.count, delivery, None, now, built.records_size)
+            self.pending.append(sent)
             self.written_bytes += built.records_size
+            self.unacked_bytes += built.records_size
         self._sample_latency(deliveries[-1], batches[-1].max_timestamp)
 
     def _refused(self, exc: Exception) -> TargetFailure:
@@ -181,16 +212,18 @@ class KafkaWriter:
 
     def done_up_to(self, processed_to: int) -> int:
         """Acks come in order: the first batch not acknowledged bounds what is done."""
-        while self.pending and self.pending[0][2].acked():
-            self.acked += self.pending.popleft()[1]
-        return self.pending[0][0] if self.pending else processed_to
+        while self.pending and self.pending[0].delivery.acked():
+            done = self.pending.popleft()
+            self.acked += done.records
+            self.unacked_bytes -= done.size
+        return self.pending[0].first if self.pending else processed_to
 
     def failure(self) -> DeliveryFailure | None:
         """Why the first unacknowledged run failed (None while it may still be acknowledged),
         naming the source records it held and whether a hole followed it."""
         if not self.pending:
             return None
-        first, count, delivery, largest, written_at = self.pending[0]
+        first, count, delivery, largest, written_at, _ = self.pending[0]
         error = delivery.error()
         waited = time.monotonic() - written_at
         if error is None and not delivery.done and waited > self.producer.ack_deadline:
@@ -216,7 +249,7 @@ class KafkaWriter:
         else:
             last = first + count - 1
             what = f"{where} did not take {route.topic}[{route.partition}] offsets {first}-{last}"
-        hole = any(entry[2].acked() for entry in self.pending)
+        hole = any(entry.delivery.acked() for entry in self.pending)
         if hole:
             what += "; later records landed, so they will be relayed again after these"
         failure = DeliveryFailure(f"{what}: {type(error).__name__}: {error}", route.key, hole)
@@ -235,5 +268,5 @@ class KafkaWriter:
         if not self.pending:
             return None
         return self.failure() or TimeoutError(
-            f"no acknowledgement for source offset {self.pending[0][0]}"
+            f"no acknowledgement for source offset {self.pending[0].first}"
         )

@@ -16,8 +16,10 @@ from scripts.bench import (
     measure_channel,
     measure_copy,
     measure_groups,
+    measure_links,
     measure_live,
     measure_roundtrip,
+    measure_scale,
     measure_stop,
     measure_store,
 )
@@ -41,6 +43,8 @@ MEASURES: dict[str, Callable[[Bench, Options], Table]] = {
     "roundtrip": measure_roundtrip.roundtrip,
     "channel": measure_channel.channel,
     "groups": measure_groups.groups,
+    "links": measure_links.links,
+    "scale": measure_scale.scale,
 }
 BAD_CHECKS = ("WRONG", "FAILED")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from scripts.bench.data import Cluster
+from scripts.bench.data import Brokers
 from scripts.bench.processes import Launched
 from tests.support.kafka import free_port
 
@@ -31,9 +31,10 @@ class Bench:
     """Where contenders run: the brokers, the work directory (configs, logs) and ktm's extra
     config lines (--ktm-set), which every generated config gets."""
 
-    cluster: Cluster
+    cluster: Brokers
     workdir: Path
     ktm_settings: tuple[str, ...] = ()
+    loop_flush_interval: float = 0.0  # the confluent loop flushes every batch unless > 0
 
 
 def unique(what: str) -> str:
@@ -88,7 +89,7 @@ def settings_by_section(settings: tuple[str, ...]) -> dict[str, list[str]]:
     return sections
 
 
-def ktm_config(bench: Bench, source: str, target: str, metrics_port: int) -> str:
+def ktm_config(bench: Bench, routes: dict[str, str], metrics_port: int) -> str:
     sections = settings_by_section(bench.ktm_settings)
     sections["app"] = [
         f'metrics_addr = "127.0.0.1:{metrics_port}"',
@@ -96,7 +97,7 @@ def ktm_config(bench: Bench, source: str, target: str, metrics_port: int) -> str
         *sections["app"],
     ]
     sections["target"] = [f'servers = ["{bench.cluster.dst}"]', *sections["target"]]
-    lines = [f'[topics]\n"{source}" = "{target}"\n']
+    lines = ["[topics]\n" + "".join(f'"{s}" = "{t}"\n' for s, t in routes.items())]
     lines.append(f'[[sources]]\nname = "bench-source"\nservers = ["{bench.cluster.src}"]\n')
     for section, body in sections.items():
         if body:
@@ -107,12 +108,20 @@ def ktm_config(bench: Bench, source: str, target: str, metrics_port: int) -> str
 class Ktm(Launched):
     """`ktm relay` on ``source`` -> ``target``, with /metrics on a free port and a summary."""
 
-    def __init__(self, bench: Bench, source: str, target: str, *, stop_at_end: bool):
+    def __init__(
+        self,
+        bench: Bench,
+        source: str,
+        target: str,
+        *,
+        stop_at_end: bool,
+        routes: dict[str, str] | None = None,  # many topics: source -> destination
+    ):
         name = unique("ktm")
         port = free_port()  # a tiny race with other programs; ktm says so if it loses it
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         config = bench.workdir / f"{name}.toml"
-        config.write_text(ktm_config(bench, source, target, port))
+        config.write_text(ktm_config(bench, routes or {source: target}, port))
         self.summary_path = bench.workdir / f"{name}.summary.json"
         cmd = [ktm_executable(), "relay", "--config", str(config), "--no-progress"]
         cmd += ["--summary-json", str(self.summary_path)]
@@ -148,12 +157,24 @@ class Loop(Launched):
     """A baseline loop (scripts/bench/loops.py) from ``source`` to ``target``."""
 
     def __init__(
-        self, kind: str, bench: Bench, topics: tuple[str, str], partitions: int, *, follow: bool
+        self,
+        kind: str,
+        bench: Bench,
+        topics: tuple[str, str],
+        partitions: int,
+        *,
+        follow: bool,
+        pairs: Path | None = None,  # many topics: a JSON file of [source, target, partitions]
     ):
         cmd = [sys.executable, "-m", "scripts.bench.loops", kind]
         cmd += ["--src", bench.cluster.src, "--dst", bench.cluster.dst]
-        cmd += ["--source", topics[0], "--target", topics[1], "--partitions", str(partitions)]
+        if pairs is not None:
+            cmd += ["--pairs", str(pairs)]
+        else:
+            cmd += ["--source", topics[0], "--target", topics[1], "--partitions", str(partitions)]
         cmd += ["--group", unique(f"bench-{kind}")] + (["--follow"] if follow else [])
+        if bench.loop_flush_interval > 0:
+            cmd += ["--flush-interval", str(bench.loop_flush_interval)]
         super().__init__(unique(kind), cmd, bench.workdir)
 
 

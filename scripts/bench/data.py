@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -24,6 +24,17 @@ FILLER = b"abcdefghijklmnopqrstuvwxyz" * 40
 STALL_S = 60  # a read that gets nothing for this long gives up
 
 Digest = dict[int, tuple[int, str]]  # partition -> (records, hash of those records in order)
+
+
+class Brokers(Protocol):
+    """Where the bench's source and destination topics live: `Cluster` (loopback) or
+    `scripts.bench.measure_links.LinkedCluster` (behind delaying proxies)."""
+
+    @property
+    def src(self) -> str: ...
+
+    @property
+    def dst(self) -> str: ...
 
 
 class Cluster:
@@ -78,7 +89,7 @@ def topic_on(bootstrap: str, prefix: str, partitions: int) -> Iterator[str]:
 
 
 @contextmanager
-def topic_pair(cluster: Cluster, prefix: str, partitions: int) -> Iterator[tuple[str, str]]:
+def topic_pair(cluster: Brokers, prefix: str, partitions: int) -> Iterator[tuple[str, str]]:
     """A source topic and a destination topic with the same partition count."""
     with (
         topic_on(cluster.src, prefix, partitions) as source,
@@ -220,7 +231,7 @@ class Dataset:
 
 
 @contextmanager
-def dataset(cluster: Cluster, partitions: int, records: int, size: int) -> Iterator[Dataset]:
+def dataset(cluster: Brokers, partitions: int, records: int, size: int) -> Iterator[Dataset]:
     """Produce a source topic (not timed), check it holds what was sent; delete it at the end."""
     with topic_on(cluster.src, "bench-src", partitions) as topic:
         began = time.monotonic()
@@ -237,11 +248,11 @@ def dataset(cluster: Cluster, partitions: int, records: int, size: int) -> Itera
         yield Dataset(topic, partitions, records, expected)
 
 
-def verify_copy(cluster: Cluster, data: Dataset, target: str) -> str:
+def verify_copy(cluster: Brokers, data: Dataset, target: str) -> str:
     return compare(data.expected, digest_topic(cluster.dst, target, data.partitions))
 
 
-def verify_prefix(cluster: Cluster, source: str, target: str, partitions: int) -> tuple[str, int]:
+def verify_prefix(cluster: Brokers, source: str, target: str, partitions: int) -> tuple[str, int]:
     """After a stop mid-stream the destination must be, per partition, exactly the first
     records of the source, in order, each once. (verdict, records in the destination)"""
     got = digest_topic(cluster.dst, target, partitions)

@@ -3,9 +3,13 @@
     python -m scripts.bench.loops naive --src HOST:PORT --dst HOST:PORT --source T --target T2 \
         --partitions 4 --group G [--follow]
     python -m scripts.bench.loops confluent ...same flags...   (needs: pip install confluent-kafka)
+    python -m scripts.bench.loops confluent --pairs pairs.json ...   (many topics: a JSON list of
+        [source topic, destination topic, partitions]; --source/--target/--partitions then unused)
 
 Both do, per batch of consumed records: produce each record (same key, value, headers, partition
-and timestamp), flush (wait for every ack), commit the source offsets. No Spark.
+and timestamp), flush (wait for every ack), commit the source offsets. No Spark. With
+--flush-interval S the confluent loop flushes and commits at most every S seconds instead (a
+loop over a long link that flushed every batch would wait a round trip per 500 records).
 
 Without --follow a loop stops when every source partition is at its real end (the high
 watermark of a fetch; Tansu's ListOffsets under-reports it). With --follow it relays until
@@ -20,6 +24,7 @@ import json
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 CONSUME_BATCH = 500  # kafka-python's default max_poll_records; the confluent loop matches it
@@ -47,7 +52,7 @@ def run_naive(args: argparse.Namespace) -> Progress:
     """kafka-python: KafkaConsumer (assign, from the beginning) -> KafkaProducer(acks=all)."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    tps = [TopicPartition(args.source, p) for p in range(args.partitions)]
+    tps = [TopicPartition(topic, p) for topic, _, count in args.pairs for p in range(count)]
     consumer = KafkaConsumer(
         bootstrap_servers=args.src,
         group_id=args.group,
@@ -60,7 +65,7 @@ def run_naive(args: argparse.Namespace) -> Progress:
     progress = Progress()
     try:
         while not progress.stopped:
-            progress.records += _naive_batch(args.target, consumer, producer)
+            progress.records += _naive_batch(args.targets, consumer, producer)
             if not args.follow and _naive_at_end(consumer, tps):
                 break
     finally:
@@ -69,10 +74,10 @@ def run_naive(args: argparse.Namespace) -> Progress:
     return progress
 
 
-def _naive_batch(target: str, consumer: Any, producer: Any) -> int:
+def _naive_batch(targets: dict[str, str], consumer: Any, producer: Any) -> int:
     futures = [
         producer.send(
-            target,
+            targets[r.topic],
             key=r.key,
             value=r.value,
             headers=r.headers,
@@ -129,22 +134,37 @@ def run_confluent(args: argparse.Namespace) -> Progress:
         }
     )
     consumer.assign(
-        [TopicPartition(args.source, p, OFFSET_BEGINNING) for p in range(args.partitions)]
+        [
+            TopicPartition(topic, p, OFFSET_BEGINNING)
+            for topic, _, count in args.pairs
+            for p in range(count)
+        ]
     )
+    total = sum(count for _, _, count in args.pairs)
     progress = Progress()
-    at_end: set[int] = set()
+    at_end: set[tuple[str, int]] = set()
+    flushed_at = time.monotonic()
     try:
         while not progress.stopped:
-            progress.records += _confluent_batch(args.target, consumer, producer, at_end)
-            if not args.follow and len(at_end) == args.partitions:
+            flush = time.monotonic() - flushed_at >= args.flush_interval
+            progress.records += _confluent_batch(args.targets, consumer, producer, at_end, flush)
+            flushed_at = time.monotonic() if flush else flushed_at
+            if not args.follow and len(at_end) == total:
                 break
+        _settle(producer, consumer)
     finally:
         producer.flush(30)
         consumer.close()
     return progress
 
 
-def _confluent_batch(target: str, consumer: Any, producer: Any, at_end: set[int]) -> int:
+def _confluent_batch(
+    targets: dict[str, str],
+    consumer: Any,
+    producer: Any,
+    at_end: set[tuple[str, int]],
+    flush: bool = True,
+) -> int:
     from confluent_kafka import KafkaError
 
     count = 0
@@ -153,25 +173,39 @@ def _confluent_batch(target: str, consumer: Any, producer: Any, at_end: set[int]
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
                 raise RuntimeError(f"consume failed: {error}")
-            at_end.add(msg.partition())
+            at_end.add((msg.topic(), msg.partition()))
             continue
-        at_end.discard(msg.partition())
-        producer.produce(
-            target,
-            value=msg.value(),
-            key=msg.key(),
-            headers=msg.headers(),
-            partition=msg.partition(),
-            timestamp=msg.timestamp()[1],
-        )
+        at_end.discard((msg.topic(), msg.partition()))
+        record = {
+            "value": msg.value(),
+            "key": msg.key(),
+            "headers": msg.headers(),
+            "partition": msg.partition(),
+            "timestamp": msg.timestamp()[1],
+        }
+        while True:
+            try:
+                producer.produce(targets[msg.topic()], **record)
+                break
+            except BufferError:  # librdkafka's queue is full: let deliveries drain it
+                producer.poll(0.05)
         producer.poll(0)  # serve delivery reports; keeps the local queue short
         count += 1
-    if count:
-        left = producer.flush(60)
-        if left:
-            raise RuntimeError(f"{left} records not acknowledged within 60 s")
-        consumer.commit(asynchronous=False)
+    if count and flush:
+        _settle(producer, consumer)
     return count
+
+
+def _settle(producer: Any, consumer: Any) -> None:
+    """Every record produced so far acknowledged, then the source offsets committed."""
+    left = producer.flush(60)
+    if left:
+        raise RuntimeError(f"{left} records not acknowledged within 60 s")
+    try:
+        consumer.commit(asynchronous=False)
+    except Exception as exc:  # nothing consumed since the last commit: nothing to commit
+        if "NO_OFFSET" not in str(exc):
+            raise
 
 
 def _available(consumer: Any) -> list[Any]:
@@ -189,12 +223,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("kind", choices=["naive", "confluent"])
     parser.add_argument("--src", required=True, help="source bootstrap host:port")
     parser.add_argument("--dst", required=True, help="destination bootstrap host:port")
-    parser.add_argument("--source", required=True, help="source topic")
-    parser.add_argument("--target", required=True, help="destination topic (same partitions)")
-    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--source", help="source topic")
+    parser.add_argument("--target", help="destination topic (same partitions)")
+    parser.add_argument("--partitions", type=int)
+    parser.add_argument("--pairs", help="JSON file: [[source, destination, partitions], ...]")
     parser.add_argument("--group", required=True, help="consumer group for the commits")
     parser.add_argument("--follow", action="store_true", help="relay until SIGTERM/SIGINT")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--flush-interval",
+        type=float,
+        default=0.0,
+        help="confluent: flush and commit at most every this many seconds [0: every batch]",
+    )
+    args = parser.parse_args(argv)
+    if args.pairs:
+        args.pairs = [tuple(pair) for pair in json.loads(Path(args.pairs).read_text())]
+    elif args.source and args.target and args.partitions:
+        args.pairs = [(args.source, args.target, args.partitions)]
+    else:
+        parser.error("give --source, --target and --partitions, or --pairs")
+    args.targets = {source: target for source, target, _ in args.pairs}
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ record by record. Sections: throughput, partitions, steady, scaling."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,10 +83,12 @@ def watched_copy(
     return proc, finished, written.samples
 
 
-def steady_once(bench: Bench, kind: str, data: Dataset) -> CopyRun:
+def steady_once(
+    bench: Bench, kind: str, data: Dataset, before_check: Callable[[], None] | None = None
+) -> CopyRun:
     """A contender copies ``data``; the rate is the slope of the destination's records between
     20% and 80% of them (start-up and the last stragglers excluded), the CPU is the tree's over
-    the same stretch of time."""
+    the same stretch of time. `before_check` runs after the copy, before it is checked."""
     print(
         f"  {LABELS[kind]}: copying {data.records:,} records, sampling the destination every "
         f"{DEST_EVERY_S} s (load average {load_average()}) ...",
@@ -93,6 +96,8 @@ def steady_once(bench: Bench, kind: str, data: Dataset) -> CopyRun:
     )
     with topic_on(bench.cluster.dst, f"bench-steady-{kind}", data.partitions) as target:
         proc, finished, written = watched_copy(bench, kind, data, target)
+        if before_check is not None:
+            before_check()
         run = _finish(kind, proc, finished, bench, data, target)
     low, high = (share * data.records for share in STEADY_WINDOW)
     run.rate, run.window_samples, span = slope(written, low, high)

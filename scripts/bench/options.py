@@ -22,9 +22,11 @@ SECTIONS = (
     "roundtrip",
     "channel",
     "groups",
+    "links",
+    "scale",
 )
-# scaling is optional: four more Spark runs on big backlogs
-DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "scaling")
+# scaling, links and scale are optional: big backlogs, several Spark runs each
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("scaling", "links", "scale"))
 STORE_KINDS = ("dir", "s3")
 
 
@@ -48,6 +50,7 @@ class Options:
     store_cases: tuple[tuple[int, int], ...]  # (partitions, records) for the store section
     roundtrip_records: int  # in `partitions` partitions
     stores: tuple[str, ...]  # where backups go: a local directory and/or S3 (SeaweedFS)
+    scale_cases: tuple[tuple[int, int], ...] = ()  # (topics of 5 partitions, records)
     repeat: int = 1  # runs of each section; tables show the median and range
 
 
@@ -65,6 +68,7 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "scaling_records": (400_000, 300_000),
     "store_cases": (((4, 300_000), (48, 96_000)), ((4, 20_000), (48, 9_600))),
     "roundtrip_records": (1_000_000, 60_000),
+    "scale_cases": (((400, 120_000), (400, 1_200_000)), ((40, 12_000),)),
 }
 
 
@@ -156,6 +160,11 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
         help="roundtrip backlog, in --partitions partitions [1000000]",
     )
     p.add_argument(
+        "--scale-cases",
+        type=cases,
+        help="scale section: TOPICS:RECORDS,... (5 partitions a topic) [400:120000,400:1200000]",
+    )
+    p.add_argument(
         "--store",
         type=names(STORE_KINDS),
         default=("dir",),
@@ -198,5 +207,6 @@ def parse_args(argv: list[str] | None = None) -> Options:
         store_cases=pick("store_cases"),
         roundtrip_records=pick("roundtrip_records"),
         stores=args.store,
+        scale_cases=pick("scale_cases"),
         repeat=args.repeat,
     )

@@ -50,6 +50,9 @@ def test_check_prints_the_plan_and_relays_nothing(source_broker, target_broker, 
     assert f"{src}[0] -> {dst}[0]: from offset 0, end 15, lag 15" in run.stdout
     assert f"{src}[1] -> {dst}[1]: from offset 0, end 15, lag 15" in run.stdout
     assert "2 partitions, 30 records to relay; nothing was relayed" in run.stdout
+    assert f"fetch from source dc1 ({source_broker.bootstrap}): 2 partitions answered in" in (
+        run.stdout
+    )
     assert "group ktm.relay: no ktm process runs on this config now" in run.stdout
     assert all(not records for records in read_all(target_broker.bootstrap, dst).values())
 

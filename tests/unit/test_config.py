@@ -18,6 +18,7 @@ from relay.config import (
     ClusterConfig,
     Config,
     FilterConfig,
+    LimitsConfig,
     Secret,
     SourcePoolConfig,
     SparkConfig,
@@ -92,7 +93,7 @@ def test_defaults_of_every_key(tmp_path: Path) -> None:
     )
     assert config.source_pool == SourcePoolConfig(
         healthcheck_interval=3.0,
-        request_timeout=1.0,
+        request_timeout=2.0,
         offset_lag_threshold=1000,
         max_retries=-1,
         backoff_min=1.0,
@@ -352,7 +353,8 @@ def test_sample_documents_every_key(tmp_path: Path) -> None:
     doc = tomli.loads(uncommented_sample(tmp_path).read_text())
 
     def names(cls: Any, *without: str) -> set[str]:
-        return {f.name for f in dataclasses.fields(cls)} - set(without)
+        """The fields read from TOML keys (a derived field, set at start-up, has no reader)."""
+        return {f.name for f in dataclasses.fields(cls) if "read" in f.metadata} - set(without)
 
     assert set(doc) == {f.name for f in dataclasses.fields(Config)} - {"path"}
     assert set(doc["app"]) == names(AppConfig)
@@ -362,6 +364,7 @@ def test_sample_documents_every_key(tmp_path: Path) -> None:
     assert set(doc["target"]) == names(ClusterConfig, "name") | names(TargetConfig, "cluster")
     assert set(doc["filters"]["drop_pii"]) == names(FilterConfig, "id", "from_section")
     assert set(doc["store"]) == names(StoreConfig)
+    assert set(doc["limits"]) == names(LimitsConfig)
 
 
 # Durations, topics, small parsers
@@ -722,6 +725,60 @@ ERRORS = [
         '[source_pool]\nmax_retries = "3"',
         ['[source_pool].max_retries: expected an integer >= -1, got "3"'],
         id="pool-retries",
+    ),
+    pytest.param(
+        "extra",
+        '[source_pool]\nfetch_timeout = "500ms"',
+        ['[source_pool].fetch_timeout: expected a duration >= 1s, got "500ms"'],
+        id="pool-fetch-timeout",
+    ),
+    pytest.param(
+        "extra",
+        '[source_pool]\nfetch_max_bytes = "1KiB"',
+        ['[source_pool].fetch_max_bytes: expected at least 65536 bytes, got "1KiB"'],
+        id="pool-fetch-max-bytes",
+    ),
+    pytest.param(
+        "extra",
+        '[source_pool]\nfetch_partition_max_bytes = "lots"',
+        ["[source_pool].fetch_partition_max_bytes", '"lots"'],
+        id="pool-fetch-partition-bytes",
+    ),
+    pytest.param(
+        "extra",
+        "[source_pool]\nfetch_min_bytes = 0",
+        ["[source_pool].fetch_min_bytes: expected at least 1 bytes, got 0"],
+        id="pool-fetch-min-bytes",
+    ),
+    pytest.param(
+        "extra",
+        '[source_pool]\nfetch_max_wait = "11s"',
+        ['[source_pool].fetch_max_wait: expected a duration > 0 and <= 10s, got "11s"'],
+        id="pool-fetch-max-wait",
+    ),
+    pytest.param(
+        "extra",
+        "[source_pool]\nfetch_in_flight = 0",
+        ["[source_pool].fetch_in_flight: expected an integer from 1 to 8, got 0"],
+        id="pool-fetch-in-flight",
+    ),
+    pytest.param(
+        "target+",
+        "max_in_flight = 6",
+        ["[target].max_in_flight: expected an integer from 1 to 5, got 6"],
+        id="target-in-flight",
+    ),
+    pytest.param(
+        "target+",
+        'buffer_memory = "64KiB"',
+        ['[target].buffer_memory: expected at least 1048576 bytes, got "64KiB"'],
+        id="target-buffer-memory",
+    ),
+    pytest.param(
+        "extra",
+        '[app]\npartition_metrics = "no"',
+        ['[app].partition_metrics: expected true or false, got "no"'],
+        id="partition-metrics",
     ),
     pytest.param(
         "extra",

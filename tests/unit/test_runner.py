@@ -146,7 +146,7 @@ class FakePipeline:
         self.where_calls.append([r.key for r in routes])
         return {r.key: self.at_destination[r.key] for r in routes if r.key in self.at_destination}
 
-    def task(self, round_id: int, task_id: int, works: Any, channel: Any) -> Spec:
+    def task(self, round_id: int, task_id: int, works: Any, channel: Any, rates: Any) -> Spec:
         return Spec(round_id, task_id, works)
 
     def adopt(self, routes: Any) -> None:

@@ -135,6 +135,9 @@ class Sides:
     def abandon(self) -> None:
         self.abandoned = True
 
+    def buffer_limit(self) -> int | None:
+        return None
+
     def evict(self, kind: str) -> None:
         pass
 
@@ -288,3 +291,52 @@ def test_backup_decodes_batches_into_segments_as_stored(tmp_path: Path) -> None:
     ]
     assert got == expected
     assert store.read_meta(ref).next_offset == 7
+
+
+class PendingDelivery(FakeDelivery):
+    """A delivery the destination has not answered yet."""
+
+    def __init__(self) -> None:
+        super().__init__(fail=False)
+        self.done = False
+
+    def acked(self) -> bool:
+        return False
+
+
+class HoldingProducer(FakeProducer):
+    """A destination that answers nothing: everything written stays unacknowledged."""
+
+    ack_deadline = 60.0  # seconds before an unanswered run counts as failed: not reached here
+
+    def send_batch(self, topic: str, partition: int, items: list[Any]) -> list[Any]:
+        self.sent.extend(items)
+        return [(len(items), PendingDelivery())]
+
+
+class CountingReader(FakeReader):
+    def __init__(self, records: dict[tuple[str, int], list[Rec]]):
+        super().__init__(records)
+        self.polls = 0
+
+    def poll(self, timeout: float) -> dict[tuple[str, int], list[Rec]]:
+        self.polls += 1
+        return super().poll(timeout)
+
+
+def test_a_task_whose_writes_are_not_acknowledged_stops_reading_at_its_buffer_limit() -> None:
+    """A far or slow target must hold the reading back: queued records would only expire."""
+    reader = CountingReader(records(100))
+
+    def writer(work: PartitionWork, latencies: list[float]) -> KafkaWriter:
+        origin = Origin("src", "t", work.route.partition)
+        return KafkaWriter(HoldingProducer(), work.route, origin, latencies)  # type: ignore[arg-type]
+
+    sides = Sides(task((None, None)), reader, writer)
+    sides.buffer_limit = lambda: 1  # type: ignore[method-assign]  # one byte: any write fills it
+    channel: Any = FakeChannel(reports=20)
+    run = GroupRun(task((None, None)), 0, channel, sides)
+    error = run.execute()
+    assert error is not None and "no acknowledgement" in error.message  # still none at the end
+    assert reader.polls == 1  # the first poll's records are unacknowledged: no second one
+    assert all(p.writer.unacked_bytes > 0 for p in run.parts.values())

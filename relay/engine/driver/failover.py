@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from relay.clients import admin
+from relay.clients.kept import ClientCache
 from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig, SourcePoolConfig
-from relay.engine.metrics import Metrics
+from relay.engine.metrics import Metrics, per_topic
 from relay.spec import SourcePartition
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,10 @@ class NodeMonitor:
         self._pool = ThreadPoolExecutor(
             max_workers=len(self.nodes), thread_name_prefix="ktm-health"
         )
+        # Each node's clients stay open from one check to the next (a new one would cost a
+        # bootstrap: 3-4 round trips, more than request_timeout across a long link); a check
+        # still running when the next is due makes that one fail rather than share them.
+        self._clients = {n.name: (ClientCache(), threading.Lock()) for n in self.nodes}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ktm-monitor", daemon=True)
@@ -125,6 +130,10 @@ class NodeMonitor:
         if self._thread is not None:
             self._thread.join(timeout=self.pool.request_timeout * 3 + 5)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for cache, lock in self._clients.values():
+            if lock.acquire(timeout=self.pool.request_timeout * 2 + 1):
+                cache.close()
+                lock.release()
 
     def views(self) -> list[NodeView]:
         with self._lock:
@@ -147,7 +156,14 @@ class NodeMonitor:
             self.check_now()
 
     def _check(self, node: ClusterConfig) -> NodeView:
-        ends = admin.health_end_offsets(node, self.keys, self.pool.request_timeout)
+        cache, lock = self._clients[node.name]
+        if not lock.acquire(blocking=False):
+            raise TimeoutError("the previous health check has not answered yet")
+        try:
+            with cache.use():
+                ends = admin.health_end_offsets(node, self.keys, self.pool.request_timeout)
+        finally:
+            lock.release()
         return NodeView(node.name, True, ends)
 
     def _publish(self, views: list[NodeView]) -> None:
@@ -161,7 +177,8 @@ class NodeMonitor:
                 self._views[view.name] = view
         for view in views:
             self.metrics.node_up.labels(view.name).set(1 if view.up else 0)
-            for (topic, partition), end in view.ends.items():
+            ends = view.ends if self.metrics.per_partition else per_topic(view.ends)
+            for (topic, partition), end in ends.items():
                 self.metrics.node_end_offset.labels(view.name, topic, str(partition)).set(end)
 
 

@@ -76,6 +76,7 @@ def render(snap: Snapshot, title: str = "relay") -> Group:
         parts.append(
             Text(f"{done:,} / {total:,} records to the end offsets, ETA {_fmt_eta(eta(snap))}")
         )
+    parts += [Text(line, style="yellow") for line in snap.trouble]
     return Group(*parts)
 
 
@@ -128,11 +129,14 @@ def plain_line(snap: Snapshot) -> str:
         f"partitions={len(snap.owned)}/{len(snap.rows)} members={snap.members}"
     )
     if snap.remaining is not None:
-        line += f" remaining={snap.remaining} eta={_fmt_eta(eta(snap))}"
+        line += f" remaining={snap.remaining}"
+        seconds = eta(snap)
+        if seconds is not None or not snap.trouble:  # "eta=?" says nothing of why
+            line += f" eta={_fmt_eta(seconds)}"
     waiting = sum(1 for row in snap.owned if row.waiting is not None)
     if waiting:
         line += f" waiting_for_segments={waiting}"
-    return line
+    return "; ".join([line, *snap.trouble])
 
 
 class Progress:

@@ -16,6 +16,7 @@ import time
 from contextlib import ExitStack
 from types import TracebackType
 
+from relay.clients.kept import keep_clients
 from relay.clients.settings import is_retriable
 from relay.config import Config
 from relay.engine.channel import ControlServer, Report
@@ -30,7 +31,7 @@ from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.engine.spark import Engine
 from relay.errors import RelayError
-from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartition
+from relay.spec import GroupResult, PartitionRoute, PartitionWork, Rates, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class Runner:
         self._generation: int | None = None
         self._groups: dict[SourcePartition, int] = {}
         self._source_trouble = False
+        self._owned_count = 0  # partitions this process owns, for its share of [limits]
         self._unsure = False  # tasks lost their lease: where their partitions stand is unknown
         self._gap_from: float | None = None
         self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
@@ -104,11 +106,16 @@ class Runner:
         starts and the group is joined in the background as soon as the partitions are known,
         while the destination tails and offsets are read."""
         on_routes = self._begin if start_spark else None
+        # The driver's thread asks each cluster things again and again (the plan, the tails
+        # after every rebalance or failure, failover checks): its clients stay open until the
+        # runner closes, instead of a bootstrap (3-4 round trips) per question.
+        self._resources.enter_context(keep_clients())
         plan = self.pipeline.plan(self.stop_at_end, on_routes)
         self.routes = plan.routes
         self.stop_offsets = plan.stops or {}
         self.status.active_node = self.pipeline.active_source()
         self.status.start(plan.routes, plan.next_offsets, plan.ends, plan.stops)
+        self._publish_limits(len(plan.routes))  # all of them, until the group says otherwise
 
     def _begin(self, routes: list[PartitionRoute]) -> None:
         self.backend.begin(self._slots_for(routes))
@@ -194,6 +201,7 @@ class Runner:
             self._resync(owned, "taken over")
             self._generation = assignment.generation
             self.status.set_owned(assignment.keys, assignment.members)
+            self._publish_limits(len(assignment.keys))
         return assignment.keys
 
     def _round_once(self, todo: list[PartitionRoute], attempt: int) -> None:
@@ -229,13 +237,18 @@ class Runner:
                 if assignment is None or assignment.generation != generation:
                     return None
             groups = self._plan(todo, engine.slots)
+            share = self._rates(self._owned_count, len(groups))
             self._round_id += 1
             round_id = self._round_id
             nexts = self.status.next_offsets()
             by_key = {r.key: r for r in self.routes}
             tasks = [
                 self.pipeline.task(
-                    round_id, index, self._works(group, nexts, by_key), channel.address
+                    round_id,
+                    index,
+                    self._works(group, nexts, by_key),
+                    channel.address,
+                    share,
                 )
                 for index, group in enumerate(groups)
             ]
@@ -245,6 +258,20 @@ class Runner:
             )
             self.backend.used = True
         return self._round
+
+    def _publish_limits(self, owned: int) -> None:
+        self._owned_count = owned
+        rates = self._rates(owned)
+        self.metrics.limit.labels("records").set(rates.records_per_second)
+        self.metrics.limit.labels("bytes").set(rates.bytes_per_second)
+
+    def _rates(self, owned: int, tasks: int = 1) -> Rates:
+        """`[limits]` for one of `tasks` tasks of this process: the group's rates times the
+        share of the config's partitions this process owns (the members' shares sum to the
+        limit), split evenly between the tasks (their groups are balanced by expected work)."""
+        limits = self.cfg.limits
+        share = owned / max(1, len(self.routes)) / max(1, tasks)
+        return Rates(limits.records_per_second * share, limits.bytes_per_second * share)
 
     def _works(
         self,
@@ -260,7 +287,10 @@ class Runner:
         wall = time.monotonic() - current.started
         self._gap_from = current.stop_asked_at or time.monotonic()
         for result in results:
-            self.status.apply((result.round_id, result.task_id, result.attempt), result.partitions)
+            attempt = (result.round_id, result.task_id, result.attempt)
+            self.status.apply(
+                attempt, result.partitions, trouble=result.trouble, throttled=result.throttled
+            )
         self.status.record_round(wall, current.stop_reason or "end")
         failures = [r for r in results if r.error is not None]
         self._source_trouble = any(r.error and r.error.kind == "source" for r in failures)
@@ -296,7 +326,11 @@ class Runner:
         """A task's live report (channel thread)."""
         result = report.result
         self.status.apply(
-            (report.round_id, report.task_id, report.attempt), result.partitions, result.latencies
+            (report.round_id, report.task_id, report.attempt),
+            result.partitions,
+            result.latencies,
+            result.trouble,
+            result.throttled,
         )
         current = self._round
         if current is not None:
@@ -389,15 +423,15 @@ class Runner:
         reaching us, or another process relayed them) and move their next offsets forward."""
         if not routes:
             return
+        moved = 0
         for key, next_offset in sorted(self.pipeline.where(routes).items()):
             if self.status.advance(key, next_offset):
-                log.info(
-                    "resync topic=%s partition=%s next_offset=%s (%s)",
-                    key[0],
-                    key[1],
-                    next_offset,
-                    why,
+                moved += 1
+                log.debug(
+                    "resync topic=%s partition=%s next_offset=%s (%s)", *key, next_offset, why
                 )
+        if moved:  # one line: a failover of thousands of partitions would print thousands
+            log.info("resync (%s): %d of %d partition(s) moved forward", why, moved, len(routes))
 
     def _fail_over_if_needed(self, todo: list[PartitionRoute]) -> None:
         try:

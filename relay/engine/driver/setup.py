@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from relay.clients import admin
+from relay.clients.kept import keep_clients
 from relay.clients.settings import describe, is_retriable
 from relay.config import Config, TargetConfig, TopicRoute
 from relay.engine.driver.failover import SourcePool
@@ -43,8 +44,9 @@ class Startup:
 
     @staticmethod
     def timeout_of(cfg: Config) -> float:
-        """Time limit of one start-up request: generous, a cluster may be slow to answer."""
-        return cfg.source_pool.request_timeout * 5 + 5
+        """Time limit of one start-up request: generous, a cluster may be slow to answer (10 s
+        with the default health-check timeout, which holds a 300 ms link)."""
+        return max(10.0, cfg.source_pool.request_timeout * 5)
 
     def plan(
         self,
@@ -52,7 +54,17 @@ class Startup:
         on_routes: Callable[[list[PartitionRoute]], None] | None = None,
         topics: Sequence[TopicRoute] | None = None,
     ) -> Plan:
-        """`topics`: the routes to plan (default: `[topics]`)."""
+        """`topics`: the routes to plan (default: `[topics]`). The clients it makes are kept
+        open until it returns: each cluster is asked several things in a row."""
+        with keep_clients():
+            return self._plan(stop_at_end, on_routes, topics)
+
+    def _plan(
+        self,
+        stop_at_end: bool,
+        on_routes: Callable[[list[PartitionRoute]], None] | None,
+        topics: Sequence[TopicRoute] | None,
+    ) -> Plan:
         cfg, target = self.cfg, self.cfg.need_target().cluster
         topics = cfg.topics if topics is None else topics
         names = [r.source for r in topics]
@@ -111,6 +123,7 @@ class Startup:
             log.info("target describes no max.message.bytes: [target].batch_size not checked")
             return target
         topic, limit = min(limits.items(), key=lambda item: item[1])
+        target = dataclasses.replace(target, max_batch_bytes=min(target.max_batch_bytes, limit))
         if target.batch_size <= limit:
             return target
         log.warning(

@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from relay.engine.driver.failover import NodeView
-from relay.engine.metrics import Metrics
-from relay.spec import PartitionProgress, PartitionRoute, SourcePartition
+from relay.engine.driver.fetch_trouble import FetchTroubles
+from relay.engine.metrics import ALL_PARTITIONS, Metrics, partition_label, per_topic
+from relay.spec import FetchTrouble, PartitionProgress, PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class Snapshot:
     elapsed: float
     stop_at_end: bool
     members: int = 1  # ktm processes in the group
+    trouble: tuple[str, ...] = ()  # source brokers the tasks cannot fetch from, one line each
 
     @property
     def owned(self) -> tuple[PartitionRow, ...]:
@@ -100,6 +102,8 @@ class Status:
         self.members = 1
         # restore --follow, before its partitions are known: topics waiting for a first segment
         self.waiting_topics: tuple[str, ...] = ()
+        self.fetches = FetchTroubles(metrics, clock)
+        self._held: dict[Attempt, float] = {}  # each task attempt's throttled seconds so far
         self._rows: dict[SourcePartition, PartitionRow] = {}
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
         self._waited: set[tuple[tuple[str, str], str]] = set()
@@ -123,9 +127,20 @@ class Status:
         self._publish(list(self._rows))
 
     def apply(
-        self, attempt: Attempt, parts: Sequence[PartitionProgress], latencies: Sequence[float] = ()
+        self,
+        attempt: Attempt,
+        parts: Sequence[PartitionProgress],
+        latencies: Sequence[float] = (),
+        trouble: Sequence[FetchTrouble] = (),
+        throttled: float = 0.0,
     ) -> None:
-        """A task's cumulative totals: count what is new since its previous report."""
+        """A task's cumulative totals: count what is new since its previous report (and the
+        fetch trouble it reports since then)."""
+        self.fetches.note(trouble)
+        with self._lock:
+            held, self._held[attempt] = self._held.get(attempt, 0.0), throttled
+        if throttled > held:
+            self.metrics.throttled.inc(throttled - held)
         now = self.clock()
         with self._lock:
             seen = self._seen.setdefault(attempt, {})
@@ -148,11 +163,12 @@ class Status:
         """Count one partition's delta; True if records were relayed or dropped."""
         row, m = self._rows[part.key], self.metrics
         route = row.route
+        source_partition = partition_label(m, route.partition)
         labels = (
             route.topic,
-            str(route.partition),
+            source_partition,
             route.target_topic,
-            str(route.target_partition),
+            partition_label(m, route.target_partition),
         )
         produced = part.produced - (before.produced if before else 0)
         m.consumed.labels(*labels).inc(max(0, part.consumed - (before.consumed if before else 0)))
@@ -161,7 +177,7 @@ class Status:
         m.bytes_produced.labels(route.target_topic).inc(max(0, done_bytes))
         segments = part.segments - (before.segments if before else 0)
         if segments > 0:
-            m.segments_written.labels(route.topic, str(route.partition)).inc(segments)
+            m.segments_written.labels(route.topic, source_partition).inc(segments)
         filtered = _count_delta(part.filtered, before.filtered if before else ())
         for filter_id, count in filtered.items():
             m.filtered.labels(filter_id, route.topic).inc(count)
@@ -199,7 +215,9 @@ class Status:
                 part.next_offset,
                 part.next_offset,
             )
-            self.metrics.holes.labels(route.topic, str(route.partition)).inc()
+            self.metrics.holes.labels(
+                route.topic, partition_label(self.metrics, route.partition)
+            ).inc()
             return replace(row, pinned_at=part.next_offset)
         if row.pinned_at is not None and not part.hole and part.next_offset > row.pinned_at:
             return replace(row, pinned_at=None)
@@ -212,7 +230,10 @@ class Status:
         with self._lock:
             gone = (self.owned if self.owned is not None else frozenset(self._rows)) - keys
             self.owned, self.members = frozenset(keys), members
-        for topic, partition in sorted(gone):
+        series = {(topic, str(partition)) for topic, partition in gone}
+        if not self.metrics.per_partition:  # a topic's series goes when none of it is ours
+            series = {(t, ALL_PARTITIONS) for t, _ in gone} - {(t, ALL_PARTITIONS) for t, _ in keys}
+        for topic, partition in sorted(series):
             for gauge in (self.metrics.lag, self.metrics.next_offset):
                 try:
                     gauge.remove(topic, str(partition))
@@ -264,12 +285,20 @@ class Status:
             rows = [
                 self._rows[k] for k in keys if k in self._rows and (owned is None or k in owned)
             ]
+            if not self.metrics.per_partition:  # a topic's lag: every owned partition of it
+                topics = {row.route.topic for row in rows}
+                mine = [r for k, r in self._rows.items() if owned is None or k in owned]
+                lags = {r.route.key: r.lag or 0 for r in mine if r.route.topic in topics}
         for row in rows:
             labels = (row.route.topic, str(row.route.partition))
-            self.metrics.next_offset.labels(*labels).set(row.next_offset)
-            if row.lag is not None:
-                self.metrics.lag.labels(*labels).set(row.lag)
+            if self.metrics.per_partition:
+                self.metrics.next_offset.labels(*labels).set(row.next_offset)
+                if row.lag is not None:
+                    self.metrics.lag.labels(*labels).set(row.lag)
             self._publish_waiting(row, labels)
+        if not self.metrics.per_partition:
+            for (topic, partition), lag in per_topic(lags).items():
+                self.metrics.lag.labels(topic, str(partition)).set(lag)
 
     def _publish_waiting(self, row: PartitionRow, labels: tuple[str, str]) -> None:
         """One series per reason a partition ever waited for; 0 once it no longer waits."""
@@ -305,6 +334,7 @@ class Status:
             elapsed=now - self.started,
             stop_at_end=self.stop_at_end,
             members=members,
+            trouble=tuple(self.fetches.lines()),
         )
 
     def health(self) -> tuple[bool, dict[str, object]]:
@@ -326,11 +356,14 @@ class Status:
                 waiting[where] = WAIT_REASONS[row.waiting[0]]
         if waiting:  # a state to wait in (restore --follow), not a fault
             detail["waiting"] = waiting
+        if snap.trouble:
+            detail["source_trouble"] = list(snap.trouble)
         if self.nodes and not any(view.up for view in self.nodes):
             down = ", ".join(f"{v.name}: {v.error}" for v in self.nodes)
             return False, {**detail, "reason": f"no source node reachable ({down})"}
         if snap.lag > 0 and idle_for > self.stuck_after:
             reason = f"no progress for {idle_for:.0f}s with lag {snap.lag}"
+            reason += "".join(f"; {line}" for line in snap.trouble)
             return False, {**detail, "reason": reason}
         return True, detail
 

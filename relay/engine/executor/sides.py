@@ -20,14 +20,14 @@ from relay.batches import SourceBatch
 from relay.clients.batch_reader import BatchReader
 from relay.clients.consumer import GroupReader
 from relay.clients.producer import Producer
-from relay.config import ClusterConfig, TargetConfig
+from relay.config import ClusterConfig, FetchConfig, TargetConfig
 from relay.engine.executor.failures import SourceFailure, TargetFailure
 from relay.spec import PartitionWork
 
 log = logging.getLogger(__name__)
 
-# (source, group, batch path): one reader per worker process at a time
-_readers: dict[tuple[ClusterConfig, str, bool], GroupReader] = {}
+# (source, group, batch path, fetch settings): one reader per worker process at a time
+_readers: dict[tuple[ClusterConfig, str, bool, FetchConfig], GroupReader] = {}
 _producers: dict[TargetConfig, Producer] = {}
 
 
@@ -37,6 +37,7 @@ class Writer(Protocol):
 
     acked: int  # records durable at the destination
     written_bytes: int
+    unacked_bytes: int  # written, not durable yet (0 where writing is synchronous)
     segments: int
 
     def done_up_to(self, processed_to: int) -> int: ...
@@ -66,22 +67,31 @@ class Sides(Protocol):
     def works(self, attempt: int) -> tuple[PartitionWork, ...]: ...
     def reader(self) -> Any: ...
     def writer(self, work: PartitionWork, latencies: list[float]) -> Writer: ...
+    def buffer_limit(self) -> int | None:
+        """Unacknowledged bytes past which the task stops reading (None: no limit)."""
+        ...
+
     def flush(self, timeout: float | None) -> None: ...
     def abandon(self) -> None: ...
     def evict(self, kind: str) -> None: ...
 
 
-def source_reader(source: ClusterConfig, group_id: str, batches: bool = False) -> GroupReader:
+def source_reader(
+    source: ClusterConfig, group_id: str, batches: bool = False, fetch: FetchConfig | None = None
+) -> GroupReader:
     """The worker's cached reader: of record batches (the batch path) or of records."""
-    key = (source, group_id, batches)
+    fetch = fetch or FetchConfig()
+    key = (source, group_id, batches, fetch)
     for other in [k for k in _readers if k != key]:
         # After a failover the old node's client is closed, not left reconnecting forever
         # (and, on brokers that auto-create topics, re-creating them when the node returns).
         _close_quietly(_readers.pop(other).close)
     if key not in _readers:
         try:
-            kind = BatchReader if batches else GroupReader
-            _readers[key] = kind(source, group_id)
+            if batches:
+                _readers[key] = BatchReader(source, group_id, fetch)
+            else:
+                _readers[key] = GroupReader(source, group_id, fetch.timeout)
         except Exception as exc:
             raise SourceFailure(str(exc)) from exc
     return _readers[key]

@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from relay.batches import SourceBatch
 from relay.clients.settings import is_retriable
 from relay.engine.channel import ChannelClient
 from relay.engine.executor.failures import DeliveryFailure, SourceFailure, TargetFailure
 from relay.engine.executor.partition import PartitionState
 from relay.engine.executor.sides import Sides
+from relay.engine.executor.throttle import Throttle
 from relay.filters import FilterRuntimeError, cached_filters
 from relay.spec import GroupResult, TaskError, TaskSpec
 
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 
 EMPTY_POLL_WAIT = 0.2  # seconds a poll may wait; bounds how late "stop" is noticed
 COMMIT_INTERVAL = 1.0  # seconds between source group commits of durable offsets
+BACKED_UP_WAIT = 0.02  # seconds between looks at the acks while the writer is backed up
 
 
 def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) -> GroupResult:
@@ -65,6 +68,8 @@ class GroupRun:
         self.parts: dict[tuple[str, int], PartitionState] = {}
         self.latencies: list[float] = []
         self.reader: Any = None
+        self.buffer_limit: int | None = None
+        self.throttle = Throttle(None, None)
 
     def execute(self) -> TaskError | None:
         error: TaskError | None = None
@@ -74,6 +79,10 @@ class GroupRun:
             filters = cached_filters(specs) if specs else []
             skip = {spec.id for spec in specs if spec.on_error == "skip"}
             self.reader = self.sides.reader()
+            self.buffer_limit = self.sides.buffer_limit()
+            rates = getattr(self.task, "rates", None)
+            if rates is not None:
+                self.throttle = Throttle(rates.records_per_second, rates.bytes_per_second)
             self.parts = {
                 w.route.key: PartitionState(w, self.sides.writer(w, self.latencies), filters, skip)
                 for w in works
@@ -117,11 +126,22 @@ class GroupRun:
                 next_commit = now + COMMIT_INTERVAL
 
     def _step(self, active: list[PartitionState]) -> None:
+        hold = self.throttle.wait()  # [limits]: this task's share is spent for now
+        if hold > 0 or self._backed_up(active):  # or a slow or far target: wait for acks
+            pause = min(hold, EMPTY_POLL_WAIT) if hold > 0 else BACKED_UP_WAIT
+            time.sleep(pause)
+            self.throttle.held += pause if hold > 0 else 0.0
+            now = time.monotonic()
+            for part in active:
+                part.collect_acks(now)
+            return
         try:
             batch = self.reader.poll(EMPTY_POLL_WAIT)
             positions = self.reader.positions([p.key for p in active])
         except Exception as exc:
             raise SourceFailure(f"{type(exc).__name__}: {exc}") from exc
+        if self.throttle.limited:
+            self.throttle.spend(*_volume(batch))
         now = time.monotonic()
         for part in active:
             records = batch.get(part.key)
@@ -133,6 +153,12 @@ class GroupRun:
             if part.reached_stop:
                 self.reader.pause(part.key)
             part.collect_acks(now)
+
+    def _backed_up(self, active: list[PartitionState]) -> bool:
+        """More written and not yet durable than the sides allow: reading on would only queue
+        records in the producer until they expire there."""
+        limit = self.buffer_limit
+        return limit is not None and sum(p.writer.unacked_bytes for p in active) >= limit
 
     def _settle(self) -> TaskError | None:
         """Wait (bounded) for everything written to be durable; the first record that is not
@@ -174,6 +200,7 @@ class GroupRun:
 
     def result(self, error: TaskError | None, elapsed: float) -> GroupResult:
         samples, self.latencies[:] = list(self.latencies), []
+        take_trouble = getattr(self.reader, "take_trouble", None)  # the batch path's reader
         return GroupResult(
             round_id=self.task.round_id,
             task_id=self.task.task_id,
@@ -183,7 +210,24 @@ class GroupRun:
             elapsed=elapsed,
             worker_pid=os.getpid(),
             latencies=tuple(samples),
+            trouble=tuple(take_trouble()) if take_trouble is not None else (),
+            throttled=round(self.throttle.held, 3),
         )
+
+
+def _volume(batch: dict[Any, list[Any]]) -> tuple[int, int]:
+    """Records and bytes one read brought: record batches (their headers' counts and sizes) or
+    records (their keys and values)."""
+    records = size = 0
+    for items in batch.values():
+        for item in items:
+            if isinstance(item, SourceBatch):
+                records += item.header.record_count
+                size += len(item.data)
+            else:
+                records += 1
+                size += len(item.key or b"") + len(item.value or b"")
+    return records, size
 
 
 def _error(exc: BaseException, cause: BaseException | None = None) -> TaskError:

@@ -23,7 +23,14 @@ from relay.errors import KafkaSetupError
 from relay.pipelines.backup.executor import BackupSides
 from relay.pipelines.sources import FromSources
 from relay.resume import Delivered, source_offsets
-from relay.spec import BackupTask, ChannelAddress, PartitionRoute, PartitionWork, SourcePartition
+from relay.spec import (
+    BackupTask,
+    ChannelAddress,
+    PartitionRoute,
+    PartitionWork,
+    Rates,
+    SourcePartition,
+)
 from relay.store import group_snapshot_path
 from relay.store.configured import store_of
 
@@ -141,7 +148,12 @@ class BackupPipeline(FromSources):
                 )
 
     def task(
-        self, round_id: int, task_id: int, works: tuple[PartitionWork, ...], channel: ChannelAddress
+        self,
+        round_id: int,
+        task_id: int,
+        works: tuple[PartitionWork, ...],
+        channel: ChannelAddress,
+        rates: Rates,
     ) -> BackupTask:
         return BackupTask(
             round_id=round_id,
@@ -153,6 +165,10 @@ class BackupPipeline(FromSources):
             channel=channel,
             report_interval=REPORT_INTERVAL,
             filters=self.filters,
+            fetch=self.cfg.source_pool.fetch.within(
+                rates.records_per_second, rates.bytes_per_second
+            ),
+            rates=rates,
         )
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:

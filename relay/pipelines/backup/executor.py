@@ -39,7 +39,7 @@ class BackupSides:
     def reader(self) -> GroupReader:
         # Record batches, always: the fetch side of the batch path uses kafka-python's public
         # network client and protocol classes (the relay's fallback is about its producer).
-        return source_reader(self.task.source, self.task.group_id, batches=True)
+        return source_reader(self.task.source, self.task.group_id, True, self.task.fetch)
 
     def writer(self, work: PartitionWork, latencies: list[float]) -> SegmentWriter:
         chain = self._chain.get(work.route.key, work.start)
@@ -50,6 +50,9 @@ class BackupSides:
 
     def abandon(self) -> None:
         """Nothing to drop: an open segment not written is simply read again later."""
+
+    def buffer_limit(self) -> int | None:
+        return None  # the open segments are bounded by [store]'s limits
 
     def evict(self, kind: str) -> None:
         evict_reader(self.task.source, self.task.group_id, kind)
@@ -73,6 +76,7 @@ class SegmentWriter:
         self.start = chain_start
         self.acked = 0  # records in written segments
         self.written_bytes = 0
+        self.unacked_bytes = 0  # a segment is written before its records count
         self.segments = 0
         self.pending = ()  # nothing in flight: a segment is written synchronously
 

@@ -23,7 +23,14 @@ from relay.pipelines.mirror.group_sync import GroupResult, GroupSync
 from relay.pipelines.mirror.topics import TopicPlan, Topics
 from relay.pipelines.sources import FromSources
 from relay.resume import Delivered, delivered, destination_next_offsets
-from relay.spec import ChannelAddress, GroupTask, PartitionRoute, PartitionWork, SourcePartition
+from relay.spec import (
+    ChannelAddress,
+    GroupTask,
+    PartitionRoute,
+    PartitionWork,
+    Rates,
+    SourcePartition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +103,7 @@ class RelayPipeline(FromSources):
         task_id: int,
         works: tuple[PartitionWork, ...],
         channel: ChannelAddress,
+        rates: Rates,
     ) -> GroupTask:
         return GroupTask(
             round_id=round_id,
@@ -107,6 +115,10 @@ class RelayPipeline(FromSources):
             channel=channel,
             report_interval=REPORT_INTERVAL,
             filters=self.filters,
+            fetch=self.cfg.source_pool.fetch.within(
+                rates.records_per_second, rates.bytes_per_second
+            ),
+            rates=rates,
         )
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:

@@ -20,13 +20,15 @@ class RelaySides(KafkaTarget):
         self.task = task
 
     def reader(self) -> GroupReader:
-        return source_reader(self.task.source, self.task.group_id, self.producer().takes_built)
+        task = self.task
+        return source_reader(task.source, task.group_id, self.producer().takes_built, task.fetch)
 
     def writer(self, work: PartitionWork, latencies: list[float]) -> KafkaWriter:
         origin = Origin(self.task.source.name, work.route.topic, work.route.partition)
         target = self.target
         shape = (codecs.BY_NAME[target.compression], target.batch_size)
-        return KafkaWriter(self.producer(), work.route, origin, latencies, shape)
+        return KafkaWriter(self.producer(), work.route, origin, latencies, shape,
+                           target.max_batch_bytes)  # fmt: skip
 
     def evict(self, kind: str) -> None:
         super().evict(kind)

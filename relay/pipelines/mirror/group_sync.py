@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from relay.clients import admin
 from relay.config import ClusterConfig, Config
-from relay.engine.metrics import Metrics
+from relay.engine.metrics import Metrics, per_topic
 from relay.selection import carried_groups
 from relay.spec import PartitionRoute, SourcePartition
 from relay.translation import TP, Translator
@@ -209,11 +209,11 @@ class GroupSync:
                 result.members,
             )
         self._active = (self._active | {group}) if result.members else (self._active - {group})
-        for part in result.partitions:
-            if part.offset is not None:
-                m.group_trailing.labels(group, part.dest[0], str(part.dest[1])).set(
-                    part.end - part.offset
-                )
+        trailing = {p.dest: p.end - p.offset for p in result.partitions if p.offset is not None}
+        for (topic, partition), records in (
+            trailing if m.per_partition else per_topic(trailing)
+        ).items():
+            m.group_trailing.labels(group, topic, str(partition)).set(records)
         if not result.complete:
             waiting = [p.dest for p in result.partitions if p.offset is None]
             if waiting:

@@ -29,6 +29,7 @@ from relay.spec import (
     ChannelAddress,
     PartitionRoute,
     PartitionWork,
+    Rates,
     RestoreTask,
     SourcePartition,
 )
@@ -175,7 +176,12 @@ class RestorePipeline:
         pass
 
     def task(
-        self, round_id: int, task_id: int, works: tuple[PartitionWork, ...], channel: ChannelAddress
+        self,
+        round_id: int,
+        task_id: int,
+        works: tuple[PartitionWork, ...],
+        channel: ChannelAddress,
+        rates: Rates,
     ) -> RestoreTask:
         return RestoreTask(
             round_id=round_id,
@@ -188,6 +194,7 @@ class RestorePipeline:
             follow=self.options.follow,
             from_time=self.options.from_time,
             until_time=self.options.until_time,
+            rates=rates,
         )
 
     def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:

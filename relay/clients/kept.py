@@ -1,0 +1,87 @@
+"""Clients kept open through a run of questions to the same clusters.
+
+Start-up asks each cluster several things one after another (partition counts, the
+destination's tails, committed offsets, end offsets, topic configs), each through a client of
+its own: a bootstrap (connect, API versions, metadata) costs three or four round trips, a second
+or more across a 240 ms link; and a health check every few seconds paid it every time. Inside
+`keep_clients()` (or a `ClientCache`'s `use()`), the clients `kept()` makes are reused per
+(kind, cluster, settings) and closed when the cache closes. kafka-python's clients are not
+thread-safe: a cache is used by one thread at a time (the thread's own, or one a caller guards
+with a lock); a client whose use raised is dropped (its connection may be broken) and the next
+use makes a new one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_local = threading.local()
+
+
+class ClientCache:
+    def __init__(self) -> None:
+        self.clients: dict[Hashable, tuple[Any, Callable[[Any], Any]]] = {}
+
+    @contextmanager
+    def use(self) -> Iterator[None]:
+        """`kept()` on this thread takes its clients from this cache until the block ends."""
+        before = getattr(_local, "cache", None)
+        _local.cache = self
+        try:
+            yield
+        finally:
+            _local.cache = before
+
+    def close(self) -> None:
+        clients, self.clients = self.clients, {}
+        for client, close in clients.values():
+            _close_quietly(close, client)
+
+
+@contextmanager
+def keep_clients() -> Iterator[None]:
+    """Reuse clients on this thread until the block ends (nested blocks share the outer one)."""
+    if getattr(_local, "cache", None) is not None:
+        yield
+        return
+    cache = ClientCache()
+    try:
+        with cache.use():
+            yield
+    finally:
+        cache.close()
+
+
+@contextmanager
+def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], Any]) -> Iterator[T]:
+    """A client for `key`: the cached one while a cache is in use, else a new one closed
+    after."""
+    cache: ClientCache | None = getattr(_local, "cache", None)
+    if cache is None:
+        client = make()
+        try:
+            yield client
+        finally:
+            close(client)
+        return
+    if key not in cache.clients:
+        cache.clients[key] = (make(), close)
+    client = cache.clients[key][0]
+    try:
+        yield client
+    except BaseException:
+        cache.clients.pop(key, None)
+        _close_quietly(close, client)
+        raise
+
+
+def _close_quietly(close: Callable[[Any], Any], client: Any) -> None:
+    try:
+        close(client)
+    except Exception:  # noqa: BLE001 - a client being thrown away
+        pass

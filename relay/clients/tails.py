@@ -1,0 +1,112 @@
+"""Reading ranges and tails of many partitions as record batches, all partitions at once.
+
+Start-up reads the tail of every destination partition (where each source partition resumes),
+and the group sync probes destination ranges. Read one partition after another, 2,000
+partitions cost 2,000 round trips: 8 minutes over a 240 ms link. Here every partition still to
+read is named in one fetch per leader, round after round, so the cost grows with the rounds
+(the tail windows: a few), not with the partitions.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from relay.batches import SourceBatch, split_batches
+from relay.clients import admin
+from relay.clients.batch_fetch import TP, BatchFetcher
+from relay.clients.kept import kept
+from relay.config import ClusterConfig
+
+RETRY_PAUSE = 0.05  # seconds: a leader moving or metadata refreshing, bounded by the deadline
+
+
+def fetch_ranges(
+    fetcher: BatchFetcher, ranges: Mapping[TP, tuple[int, int]], timeout: float
+) -> dict[TP, list[SourceBatch]]:
+    """For each partition, the whole batches holding its offsets in [lower, upper), in order
+    (the first may begin before `lower`: a fetch starts at the batch holding its offset)."""
+    out: dict[TP, list[SourceBatch]] = {key: [] for key in ranges}
+    position = {key: lower for key, (lower, upper) in ranges.items() if lower < upper}
+    deadline = time.monotonic() + timeout
+    while position:
+        if time.monotonic() > deadline:
+            key = min(position)
+            lower, upper = ranges[key]
+            raise TimeoutError(f"reading {key[0]}[{key[1]}] {lower}..{upper} timed out")
+        answers = fetcher.fetch(position, max(0.001, deadline - time.monotonic()))
+        retry = False
+        for key, fetched in answers.items():
+            if fetched.error is not None:
+                if not getattr(fetched.error, "retriable", False):
+                    raise fetched.error
+                retry = True
+                continue
+            upper = ranges[key][1]
+            batches, _ = split_batches(fetched.data)
+            for batch in batches:
+                if batch.base_offset >= upper:
+                    position[key] = upper
+                    break
+                if batch.next_offset > position[key]:
+                    out[key].append(batch)
+                    position[key] = batch.next_offset
+            if not batches and position[key] >= fetched.high_watermark:
+                position[key] = upper  # nothing more to read (the end moved back)
+            if position[key] >= upper:
+                del position[key]
+        if retry:
+            time.sleep(RETRY_PAUSE)
+    return out
+
+
+def fetch_range(
+    fetcher: BatchFetcher, key: TP, lower: int, upper: int, timeout: float
+) -> list[SourceBatch]:
+    """`fetch_ranges` for one partition."""
+    return fetch_ranges(fetcher, {key: (lower, upper)}, timeout)[key]
+
+
+@dataclass
+class _Tail:
+    """A partition's tail read so far: `batches` hold the offsets from `upper` up to its end."""
+
+    upper: int
+    window: int
+    batches: list[SourceBatch] = field(default_factory=list)
+
+
+def read_tails(
+    cluster: ClusterConfig,
+    tps: list[TP],
+    satisfied: Callable[[TP, list[SourceBatch]], bool],
+    timeout: float,
+    first_window: int = 500,
+    max_records: int = 200_000,
+) -> dict[TP, list[SourceBatch]]:
+    """The tail of each partition as record batches, read backwards in growing windows until
+    `satisfied(tp, batches)` says enough, the log start is reached, or `max_records` offsets
+    were read; every partition still reading shares each round's fetches."""
+    begin, end = admin.offset_bounds(cluster, tps, timeout)
+    tails = {key: _Tail(end[key], first_window) for key in tps}
+    reading = {key for key in tps if end[key] > begin[key]}
+    make = functools.partial(BatchFetcher, cluster, timeout)
+    with kept(("fetcher", cluster, timeout), make, BatchFetcher.close) as fetcher:
+        while reading:
+            ranges = {k: (max(begin[k], tails[k].upper - tails[k].window), tails[k].upper)
+                      for k in reading}  # fmt: skip
+            older = fetch_ranges(fetcher, ranges, timeout)
+            for key in list(reading):
+                tail, lower = tails[key], ranges[key][0]
+                got = older[key]
+                if tail.batches and got and got[-1].next_offset > tail.batches[0].base_offset:
+                    got.pop()  # the batch holding `upper` was read with the later window
+                tail.batches = got + tail.batches
+                if satisfied(key, tail.batches) or end[key] - lower >= max_records:
+                    reading.discard(key)
+                tail.upper, tail.window = lower, tail.window * 4
+                if lower <= begin[key]:
+                    reading.discard(key)
+    return {key: tail.batches for key, tail in tails.items()}

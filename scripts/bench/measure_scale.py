@@ -1,0 +1,175 @@
+"""Thousands of partitions in one process: N topics of 5 partitions each (400 topics: 2,000
+partitions), every contender copying all of them, whole process, every record checked.
+
+ktm gets the topics as `[topics]` entries; the loops get the same pairs (scripts/bench/loops.py
+--pairs). The source topics are made once per case and shared by the contenders; each contender
+copies into destination topics of its own, deleted afterwards (Tansu keeps all in memory)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from scripts.bench import report
+from scripts.bench.contenders import LABELS, Bench, Ktm, Loop, runnable, unique
+from scripts.bench.data import fingerprint, record_fields
+from scripts.bench.machine import load_average
+from scripts.bench.options import Options
+from scripts.bench.processes import Finished
+from scripts.bench.report import Table
+from tests.support.kafka import create_topics
+
+PARTITIONS = 5  # per topic
+STALL_S = 60
+
+Digest = dict[tuple[str, int], tuple[int, str]]
+
+
+@dataclass
+class Topics:
+    names: list[str]
+    records: int
+    expected: Digest
+
+
+@contextmanager
+def many_topics(bootstrap: str, prefix: str, count: int) -> Iterator[list[str]]:
+    names = [f"{prefix}-{uuid.uuid4().hex[:6]}-{i:05d}" for i in range(count)]
+    create_topics(bootstrap, names, PARTITIONS)
+    try:
+        yield names
+    finally:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60_000)
+        try:
+            admin.delete_topics(names)
+        except Exception as exc:  # noqa: BLE001 - only broker memory is at stake
+            print(f"  (could not delete {count} topics: {exc!r})")
+        finally:
+            admin.close()
+
+
+def produce_spread(bootstrap: str, topics: list[str], records: int, size: int) -> None:
+    """`records` records spread round-robin over every partition of every topic."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
+    base_ms = int(time.time() * 1000) - records
+    errors: list[BaseException] = []
+    try:
+        slots = len(topics) * PARTITIONS
+        for seq in range(records):
+            fields = record_fields(seq, size, PARTITIONS)
+            fields["partition"] = (seq % slots) % PARTITIONS
+            topic = topics[(seq % slots) // PARTITIONS]
+            producer.send(topic, timestamp_ms=base_ms + seq, **fields).add_errback(errors.append)
+        producer.flush()
+    finally:
+        producer.close()
+    if errors:
+        raise RuntimeError(f"{len(errors)} records not acknowledged: {errors[0]!r}")
+
+
+def digest_topics(bootstrap: str, topics: list[str]) -> Digest:
+    """Every record of every partition of `topics`, hashed in order, read to the real end."""
+    tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             max_poll_records=50_000, fetch_max_wait_ms=100)  # fmt: skip
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    hashes = {(tp.topic, tp.partition): hashlib.blake2b(digest_size=16) for tp in tps}
+    counts = dict.fromkeys(hashes, 0)
+    try:
+        stalled_at = time.monotonic() + STALL_S
+        while not all(
+            consumer.highwater(tp) is not None and consumer.position(tp) >= consumer.highwater(tp)
+            for tp in tps
+        ):
+            if time.monotonic() > stalled_at:
+                raise TimeoutError(f"reading {len(topics)} topics stalled for {STALL_S} s")
+            for tp, batch in consumer.poll(timeout_ms=200).items():
+                for record in batch:
+                    hashes[(tp.topic, tp.partition)].update(fingerprint(record))
+                    counts[(tp.topic, tp.partition)] += 1
+                stalled_at = time.monotonic() + STALL_S
+    finally:
+        consumer.close()
+    return {key: (counts[key], hashes[key].hexdigest()) for key in hashes}
+
+
+def verdict(expected: Digest, got: Digest, mapping: dict[str, str]) -> str:
+    renamed = {(mapping[t], p): value for (t, p), value in expected.items()}
+    if got == renamed:
+        return "ok"
+    extra = sum(c for c, _ in got.values()) - sum(c for c, _ in renamed.values())
+    bad = sum(1 for key in renamed if got.get(key) != renamed[key])
+    return f"WRONG: {bad} partitions differ, {extra:+d} records"
+
+
+def copy_many(
+    bench: Bench, kind: str, source: Topics, opts: Options
+) -> tuple[Finished | None, dict[str, Any], str]:
+    """One contender copies every source topic into destination topics of its own."""
+    with many_topics(bench.cluster.dst, f"scale-{kind}", len(source.names)) as targets:
+        mapping = dict(zip(source.names, targets, strict=True))
+        partitions = len(targets) * PARTITIONS
+        print(f"  {LABELS[kind]}: copying {source.records:,} records of {partitions:,} partitions "
+              f"(load average {load_average()}) ...", flush=True)  # fmt: skip
+        if kind == "ktm":
+            proc: Ktm | Loop = Ktm(bench, "", "", stop_at_end=True, routes=mapping)
+        else:
+            pairs = bench.workdir / f"{unique('pairs')}.json"
+            pairs.write_text(json.dumps([[s, t, PARTITIONS] for s, t in mapping.items()]))
+            proc = Loop(kind, bench, ("", ""), 0, follow=False, pairs=pairs)
+        with proc:
+            finished = proc.wait(900)
+        summary = (proc.summary() or {}) if isinstance(proc, Ktm) else {}
+        if finished.returncode != 0:
+            return finished, summary, f"FAILED: exit {finished.returncode}"
+        return (
+            finished,
+            summary,
+            verdict(source.expected, digest_topics(bench.cluster.dst, targets), mapping),
+        )
+
+
+HEADERS = ["topics", "partitions", "records", "contender", "seconds", "records/s",
+           "loop s / this s", "first record s", "peak RSS MB", "CPU s", "CPU µs/record",
+           "copy check"]  # fmt: skip
+
+
+def scale(bench: Bench, opts: Options) -> Table:
+    table = Table(f"SCALE: topics of {PARTITIONS} partitions, {opts.size} B values", list(HEADERS))
+    table.notes.append(
+        "seconds = whole process, launch to exit; first record = ktm's --summary-json (from "
+        "launch to the first record the destination acknowledged); RSS summed over the process "
+        "tree. Every partition of every destination topic is read back and compared in order."
+    )
+    for topics, records in opts.scale_cases:
+        print(f"\n[scale] {topics} topics x {PARTITIONS} partitions, {records:,} records")
+        with many_topics(bench.cluster.src, "scale-src", topics) as names:
+            began = time.monotonic()
+            produce_spread(bench.cluster.src, names, records, opts.size)
+            source = Topics(names, records, digest_topics(bench.cluster.src, names))
+            print(f"  source ready in {time.monotonic() - began:.1f} s (not timed)", flush=True)
+            loop_wall = None
+            for kind in [k for k in runnable(opts.contenders) if k != "naive"][::-1]:
+                finished, summary, check = copy_many(bench, kind, source, opts)
+                wall = finished.wall if finished and check == "ok" else None
+                loop_wall = wall if kind != "ktm" else loop_wall
+                versus = report.ratio(loop_wall, wall) if kind == "ktm" else report.NA
+                table.add(
+                    topics, topics * PARTITIONS, f"{records:,}", LABELS[kind], report.seconds(wall),
+                    report.rate(records, wall), versus,
+                    report.seconds(summary.get("first_record")),
+                    report.megabytes(finished.peak_rss if finished else None),
+                    report.seconds(finished.cpu_seconds if finished else None),
+                    report.per_record_us(finished.cpu_seconds if finished else None, records),
+                    check,
+                )  # fmt: skip
+    return table

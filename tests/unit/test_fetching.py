@@ -1,0 +1,195 @@
+"""Fetches on the wire (relay.clients.batch_fetch) and incremental fetch sessions
+(relay.clients.fetch_session), behind a stand-in for kafka-python's network client: one fetch
+per broker at a time, late answers dropped, failed ones asked again, sessions kept small."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kafka import errors as kafka_errors
+from kafka.future import Future
+
+from relay.clients.batch_fetch import BatchFetcher
+from relay.clients.fetch_session import INVALID_FETCH_SESSION_EPOCH, FetchSession
+from relay.config import ClusterConfig
+
+T = "orders"
+
+
+@dataclass
+class FakeNet:
+    """kafka-python's KafkaNetClient as BatchFetcher uses it: two brokers, topic `orders`
+    with partitions 0 and 2 led by broker 1 and partition 1 by broker 2."""
+
+    sent: list[tuple[int, Any, Future]] = field(default_factory=list)
+    leaders: dict[tuple[str, int], int] = field(
+        default_factory=lambda: {(T, 0): 1, (T, 1): 2, (T, 2): 1}
+    )
+
+    @property
+    def cluster(self) -> Any:
+        leaders = self.leaders
+        return SimpleNamespace(
+            partitions_for_topic=lambda topic: {0, 1, 2} if topic == T else None,
+            topics=lambda: {T},
+            set_topics=lambda topics: Future().success(None),
+            leader_for_partition=lambda tp: leaders.get((tp.topic, tp.partition)),
+            request_update=lambda: None,
+            broker_metadata=lambda node: SimpleNamespace(host=f"10.0.0.{node}", port=9092),
+        )
+
+    def send(self, node: int, request: Any) -> Future:
+        future = Future()
+        self.sent.append((node, request, future))
+        return future
+
+    def poll(self, timeout_ms: int | None = None, future: Any = None) -> None:
+        """Nothing arrives by itself: the test completes futures."""
+
+    def close(self) -> None:
+        pass
+
+    def to(self, node: int) -> list[Any]:
+        return [request for n, request, _ in self.sent if n == node]
+
+    def answer(self, index: int, data: dict[int, bytes], session_id: int = 0, error: int = 0):
+        _, request, future = self.sent[index]
+        partitions = [
+            SimpleNamespace(
+                partition_index=p,
+                error_code=0,
+                high_watermark=100,
+                log_start_offset=0,
+                records=records,
+            )  # fmt: skip
+            for p, records in data.items()
+        ]
+        response = SimpleNamespace(
+            responses=[SimpleNamespace(topic=T, partitions=partitions)],
+            error_code=error,
+            session_id=session_id,
+        )
+        future.success(response)
+
+
+def named(request: Any) -> dict[tuple[str, int], int]:
+    return {
+        (topic.topic, p.partition): p.fetch_offset
+        for topic in request.topics
+        for p in topic.partitions
+    }
+
+
+@pytest.fixture
+def net() -> FakeNet:
+    return FakeNet()
+
+
+def fetcher(net: FakeNet, sessions: bool = False) -> BatchFetcher:
+    return BatchFetcher(ClusterConfig("src", ("x:1",)), sessions=sessions, client=net)
+
+
+def test_one_fetch_per_broker_is_on_the_wire_until_it_is_answered(net):
+    f = fetcher(net)
+    f.send({(T, 0): 5, (T, 1): 7, (T, 2): 9})
+    f.send({(T, 0): 5, (T, 1): 7, (T, 2): 9})  # a later poll: both brokers still have one out
+    assert [named(r) for r in net.to(1)] == [{(T, 0): 5, (T, 2): 9}]
+    assert [named(r) for r in net.to(2)] == [{(T, 1): 7}]
+    assert set(f.waiting_on()) == {"10.0.0.1:9092", "10.0.0.2:9092"}
+
+    net.answer(1, {1: b""})  # broker 2 answers
+    answers = f.receive(0.0)
+    assert [(a.key, a.offset, a.node) for a in answers] == [((T, 1), 7, "10.0.0.2:9092")]
+    f.send({(T, 0): 5, (T, 1): 7, (T, 2): 9})
+    assert len(net.to(1)) == 1 and len(net.to(2)) == 2  # only the broker that answered
+
+
+def test_receive_waits_no_longer_than_asked_and_returns_nothing_when_none_answered(net):
+    f = fetcher(net)
+    f.send({(T, 0): 0})
+    assert f.receive(0.01) == []
+    assert f.waiting_on()  # still out, still waited for
+
+
+def test_an_answer_that_comes_after_abandon_is_dropped(net):
+    f = fetcher(net)
+    f.send({(T, 0): 5})
+    f.abandon()  # the task stopped, or the positions moved
+    f.send({(T, 0): 50})  # the broker still has one out: no second fetch yet
+    assert len(net.to(1)) == 1
+    net.answer(0, {0: b"late"})
+    assert f.receive(0.0) == []
+    f.send({(T, 0): 50})
+    assert [named(r) for r in net.to(1)] == [{(T, 0): 5}, {(T, 0): 50}]
+
+
+def test_a_failed_fetch_answers_every_partition_with_its_error_and_is_sent_again(net):
+    f = fetcher(net)
+    f.send({(T, 0): 5, (T, 2): 9})
+    net.sent[0][2].failure(kafka_errors.RequestTimedOutError("after 30000 ms"))
+    answers = f.receive(0.0)
+    assert {(a.key, a.offset) for a in answers} == {((T, 0), 5), ((T, 2), 9)}
+    assert all(isinstance(a.fetched.error, kafka_errors.RequestTimedOutError) for a in answers)
+    f.send({(T, 0): 5, (T, 2): 9})
+    assert [named(r) for r in net.to(1)] == [{(T, 0): 5, (T, 2): 9}] * 2
+
+
+def test_a_partition_without_a_leader_is_answered_at_once_and_not_sent(net):
+    net.leaders[(T, 2)] = -1
+    f = fetcher(net)
+    refused = f.send({(T, 0): 5, (T, 2): 9})
+    assert [(a.key, type(a.fetched.error)) for a in refused] == [
+        ((T, 2), kafka_errors.LeaderNotAvailableError)
+    ]
+    assert [named(r) for r in net.to(1)] == [{(T, 0): 5}]
+
+
+def test_fetch_waits_for_its_answers_and_times_out_the_rest(net):
+    f = fetcher(net)
+    found = f.fetch({(T, 0): 1, (T, 1): 2}, timeout=0.05)
+    assert all(isinstance(v.error, kafka_errors.KafkaTimeoutError) for v in found.values())
+    net.answer(0, {0: b""})  # late: dropped, the broker is free again afterwards
+    assert f.receive(0.0) == []
+
+
+def test_a_session_names_only_what_changed_after_the_broker_created_it(net):
+    f = fetcher(net, sessions=True)
+    f.send({(T, 0): 5, (T, 2): 9})
+    first = net.to(1)[0]
+    assert (first.session_id, first.session_epoch, named(first)) == (0, 0, {(T, 0): 5, (T, 2): 9})
+    net.answer(0, {0: b"", 2: b""}, session_id=77)
+    f.receive(0.0)
+    f.send({(T, 0): 6, (T, 2): 9})  # partition 0 moved on, 2 did not
+    second = net.to(1)[1]
+    assert (second.session_id, second.session_epoch, named(second)) == (77, 1, {(T, 0): 6})
+    net.answer(1, {}, session_id=77)  # nothing new: the answer names no partition
+    assert f.receive(0.0) == []
+    f.send({(T, 0): 6})  # partition 2 paused: forgotten
+    third = net.to(1)[2]
+    assert (third.session_epoch, named(third)) == (2, {})
+    assert [(t.topic, list(t.partitions)) for t in third.forgotten_topics_data] == [(T, [2])]
+
+
+def test_a_broker_without_sessions_gets_full_fetches():
+    session = FetchSession()
+    wanted = {(T, 0): (5, 1024)}
+    assert session.next_fetch(wanted).full
+    session.answered(0, 0)  # no session created (Tansu, or a full cache)
+    again = session.next_fetch(wanted)
+    assert (again.full, again.session_id, again.epoch, again.send) == (True, 0, 0, wanted)
+
+
+def test_a_session_error_or_a_failed_fetch_starts_over_with_a_full_fetch():
+    session = FetchSession()
+    session.next_fetch({(T, 0): (5, 1024)})
+    session.answered(0, 9)
+    assert not session.next_fetch({(T, 0): (6, 1024)}).full
+    session.answered(INVALID_FETCH_SESSION_EPOCH, 9)
+    assert session.next_fetch({(T, 0): (6, 1024)}).full
+    session.answered(0, 10)
+    assert session.next_fetch({(T, 0): (7, 1024)}).session_id == 10
+    session.forget()  # the request failed: what the broker holds is unknown
+    assert session.next_fetch({(T, 0): (7, 1024)}).send == {(T, 0): (7, 1024)}
