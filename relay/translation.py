@@ -14,14 +14,15 @@ Used by `ktm restore --groups` and by the relay's group sync (relay.pipelines.mi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
+from typing import Any
 
 from relay.batches import SourceBatch
 from relay.batches.records import record_offsets
 from relay.clients import admin
 from relay.clients.batch_fetch import TP, BatchFetcher
-from relay.clients.tails import fetch_range
+from relay.clients.tails import fetch_ranges
 from relay.config import ClusterConfig
 from relay.resume import origins
 from relay.spec import SourcePartition
@@ -39,16 +40,24 @@ def first_copy_at_or_after(
         return translator.first_copy(dest, source, offset, bounds[dest])
 
 
+# One search: the destination partition, the source partition, the committed source offset,
+# and the destination's (beginning, end) to search within.
+Ask = tuple[TP, SourcePartition, int, tuple[int, int]]
+# A window one step of a search needs read: (destination partition, lower, upper offset)
+Window = tuple[TP, int, int]
+
+
 class Translator:
-    """Several searches over one connection: read the bounds of the destination partitions
-    once, then search each (a search only looks below the end it was given)."""
+    """Many searches over one connection, run together: each step, every search that needs a
+    destination window gets it in one fetch per leader with the others' (relay.clients.tails),
+    so 2,000 searches cost the rounds of the deepest one, not 2,000 round trips. A window read
+    once serves every search that needs it (many groups' searches of one partition start at
+    the same middles)."""
 
     def __init__(self, cluster: ClusterConfig, timeout: float):
         self.cluster, self.timeout = cluster, timeout
         self._fetcher = BatchFetcher(cluster, timeout)
-        # Searches of one partition with the same bounds probe the same middles first: many
-        # groups' searches share those reads.
-        self._probed: dict[tuple[TP, SourcePartition, int, int], list[tuple[int, int]]] = {}
+        self._windows: dict[Window, list[SourceBatch]] = {}
 
     def bounds(self, dests: list[TP]) -> dict[TP, tuple[int, int]]:
         """(beginning, end) of each destination partition, read now."""
@@ -59,32 +68,105 @@ class Translator:
         self, dest: TP, source: SourcePartition, offset: int, bounds: tuple[int, int]
     ) -> int:
         """As `first_copy_at_or_after`, within `bounds`: `bounds[1]` when no copy lies there."""
+        return self.first_copies([(dest, source, offset, bounds)])[0]
 
-        def next_copies(lower: int, upper: int) -> list[tuple[int, int]]:
-            key = (dest, source, lower, upper)
-            if key not in self._probed:
-                self._probed[key] = _next_copies(
-                    self._fetcher, dest, source, lower, upper, self.timeout
-                )
-            return self._probed[key]
-
-        return search(bounds[0], bounds[1], offset, next_copies)
+    def first_copies(self, asks: Sequence[Ask]) -> list[int]:
+        """`first_copy` for each ask, the searches run together."""
+        results: dict[int, int] = {}
+        waiting: dict[int, tuple[SearchSteps, Window]] = {}
+        for index, (dest, source, offset, (low, high)) in enumerate(asks):
+            steps = search_steps(low, high, offset, source, dest)
+            _advance(index, steps, None, waiting, results)
+        while waiting:
+            wanted: dict[TP, tuple[int, int]] = {}
+            for _, (dest, lower, upper) in waiting.values():
+                if (dest, lower, upper) not in self._windows:
+                    wanted.setdefault(dest, (lower, upper))  # one window per partition a round
+            fetched = fetch_ranges(self._fetcher, wanted, self.timeout) if wanted else {}
+            for dest, (lower, upper) in wanted.items():
+                self._windows[(dest, lower, upper)] = fetched[dest]
+            for index, (steps, window) in list(waiting.items()):
+                if window in self._windows:
+                    _advance(index, steps, self._windows[window], waiting, results)
+        return [results[index] for index in range(len(asks))]
 
     def close(self) -> None:
         self._fetcher.close()
 
 
-def search(
-    low: int, high: int, offset: int, next_copies: Callable[[int, int], list[tuple[int, int]]]
-) -> int:
+SearchSteps = Generator[Window, list[SourceBatch], int]
+
+
+def _advance(
+    index: int,
+    steps: SearchSteps,
+    answer: list[SourceBatch] | None,
+    waiting: dict[int, tuple[SearchSteps, Window]],
+    results: dict[int, int],
+) -> None:
+    """Give a search the window it asked for (None: start it); note what it needs next, or its
+    result."""
+    try:
+        window = steps.send(answer) if answer is not None else next(steps)
+    except StopIteration as done:
+        waiting.pop(index, None)
+        results[index] = done.value
+        return
+    waiting[index] = (steps, window)
+
+
+def search_steps(
+    low: int, high: int, offset: int, source: SourcePartition, dest: TP
+) -> SearchSteps:
+    """`search` as steps: yields each destination window it needs read, is sent its batches,
+    returns the destination offset."""
+
+    def next_copies(lower: int, upper: int) -> Generator[Window, list[SourceBatch], list[Pair]]:
+        position = lower
+        while position < upper:
+            window = min(upper, position + SCAN_WINDOW)
+            batches = yield (dest, position, window)
+            for batch in batches:
+                found = [(d, s) for d, s in copies_in(batch, source) if lower <= d < upper]
+                if found:
+                    return found
+            position = max(window, batches[-1].next_offset) if batches else window
+        return []
+
+    return (yield from _search(low, high, offset, next_copies))
+
+
+Pair = tuple[int, int]  # (destination offset, source offset) of one copy
+
+
+def search(low: int, high: int, offset: int, next_copies: Callable[[int, int], list[Pair]]) -> int:
     """The binary search of `first_copy_at_or_after` over destination offsets [low, high):
     `next_copies(lower, upper)` gives the (destination, source) offsets of the copies in the
     first batch at or after `lower` that holds any, in order. Records of other sources may lie
     between the copies (`dest:N`), so a half without copies says nothing of the other."""
+
+    def probe(lower: int, upper: int) -> Generator[Any, Any, list[Pair]]:
+        return next_copies(lower, upper)
+        yield  # a generator that asks for nothing: the callback answers at once
+
+    steps = _search(low, high, offset, probe)
+    try:
+        next(steps)
+    except StopIteration as done:
+        return int(done.value)
+    raise AssertionError("a search by callback asked for a window")  # pragma: no cover
+
+
+def _search(
+    low: int,
+    high: int,
+    offset: int,
+    next_copies: Callable[[int, int], Generator[Any, Any, list[Pair]]],
+) -> Generator[Any, Any, int]:
     best = high  # the first copy known to hold `offset` or later; the end until one is seen
     while low < high:
         middle = (low + high) // 2
-        found = next_copies(middle, high)
+        found = yield from next_copies(middle, high)
         if found and found[0][1] < offset:
             later = [d for d, s in found if s >= offset]
             if later:
@@ -97,9 +179,9 @@ def search(
     return best
 
 
-def copies_in(batch: SourceBatch, source: SourcePartition) -> list[tuple[int, int]]:
+def copies_in(batch: SourceBatch, source: SourcePartition) -> list[Pair]:
     """(destination offset, source offset) of each record of `batch` copied from `source`."""
-    pairs: list[tuple[int, int]] = []
+    pairs: list[Pair] = []
     for provenance, record in origins(batch):
         if (provenance.topic, provenance.partition) != source:
             continue
@@ -109,20 +191,3 @@ def copies_in(batch: SourceBatch, source: SourcePartition) -> list[tuple[int, in
         sources = [o for first, last in provenance.runs for o in range(first, last + 1)]
         pairs.extend(zip(record_offsets(batch), sources, strict=False))
     return pairs
-
-
-def _next_copies(
-    fetcher: BatchFetcher, dest: TP, source: SourcePartition, lower: int, upper: int, t: float
-) -> list[tuple[int, int]]:
-    """The copies of `source` in the first destination batch at or after `lower` (and before
-    `upper`) that holds any; [] if none does."""
-    position = lower
-    while position < upper:
-        window = min(upper, position + SCAN_WINDOW)
-        batches = fetch_range(fetcher, dest, position, window, t)
-        for batch in batches:
-            found = [(d, s) for d, s in copies_in(batch, source) if lower <= d < upper]
-            if found:
-                return found
-        position = max(window, batches[-1].next_offset) if batches else window
-    return []

@@ -106,7 +106,8 @@ class BatchFetcher:
         self._max_bytes = max_bytes
         self._sessions: dict[tuple[int, int], FetchSession] | None = {} if sessions else None
         self._wire: dict[tuple[int, int], _OnTheWire] = {}  # by (node, lane)
-        self._lanes = max(1, lanes)
+        self._lanes_per_node = max(1, lanes)
+        self._lanes: set[tuple[int, int]] = set()  # every (node, lane) sent to so far
         self._lane_of: dict[TP, int] = {}
         self._turn = 0
         self._closed = False
@@ -121,17 +122,23 @@ class BatchFetcher:
         refused: list[Answer] = []
         for node, keys in self._by_leader(positions, refused).items():
             for lane, lane_keys in self._by_lane(keys).items():
+                self._lanes.add((node, lane))
                 if (node, lane) not in self._wire:
                     offsets = {key: positions[key] for key in lane_keys}
                     self._wire[(node, lane)] = self._send_to((node, lane), offsets)
         return refused
+
+    def busy(self) -> bool:
+        """Every lane used so far has a fetch on the wire: `send` would send nothing (a caller
+        of a thousand partitions skips building their positions)."""
+        return bool(self._lanes) and all(lane in self._wire for lane in self._lanes)
 
     def _by_lane(self, keys: list[TP]) -> dict[int, list[TP]]:
         """A node's partitions in `lanes` groups, each with a fetch of its own on the wire: a
         partition keeps its lane (one fetch at a time covers it), new ones go round."""
         lanes: dict[int, list[TP]] = defaultdict(list)
         for key in keys:
-            lane = self._lane_of.setdefault(key, len(self._lane_of) % self._lanes)
+            lane = self._lane_of.setdefault(key, len(self._lane_of) % self._lanes_per_node)
             lanes[lane].append(key)
         return lanes
 

@@ -81,14 +81,15 @@ class BatchReader(GroupReader):
         (the first may begin before the partition's position: a fetch starts at the batch
         holding it). A partition's position moves past the batches returned, so the next fetch
         goes on after them; it is on the wire already when this returns."""
-        wanted = self._wanted()
-        if not wanted:
+        if len(self._paused) == len(self._positions):
             return {}
-        answers = self._fetcher.send(wanted) + self._fetcher.receive(timeout)
+        answers = [] if self._fetcher.busy() else self._fetcher.send(self._wanted())
+        answers += self._fetcher.receive(timeout)
         found: dict[TP, list[SourceBatch]] = {}
         failed: dict[str, BaseException] = {}  # broker: the error of its failed fetch
         for answer in answers:
-            if answer.key not in wanted or answer.offset != self._positions[answer.key]:
+            key = answer.key
+            if key in self._paused or answer.offset != self._positions.get(key):
                 continue  # asked for a position that has moved since, or a paused partition
             if answer.fetched.error is not None:
                 if self._on_error(answer):

@@ -1,7 +1,7 @@
 """Brokers, topics and data: produce datasets, read topics back record by record, count them.
 
 Everything is read to the high watermark of a fetch, never to end_offsets(): Tansu's
-ListOffsets reports the last batch's base offset + 1 (shared/TANSU.md).
+ListOffsets reports the last batch's base offset + 1 (docs/development.md).
 """
 
 from __future__ import annotations

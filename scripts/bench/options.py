@@ -51,6 +51,7 @@ class Options:
     roundtrip_records: int  # in `partitions` partitions
     stores: tuple[str, ...]  # where backups go: a local directory and/or S3 (SeaweedFS)
     scale_cases: tuple[tuple[int, int], ...] = ()  # (topics of 5 partitions, records)
+    groups_cases: tuple[tuple[int, int, int], ...] = ()  # (groups, partitions, per group)
     repeat: int = 1  # runs of each section; tables show the median and range
 
 
@@ -69,6 +70,7 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "store_cases": (((4, 300_000), (48, 96_000)), ((4, 20_000), (48, 9_600))),
     "roundtrip_records": (1_000_000, 60_000),
     "scale_cases": (((400, 120_000), (400, 1_200_000)), ((40, 12_000),)),
+    "groups_cases": (((20, 16, 16),), ((20, 16, 16),)),
 }
 
 
@@ -93,6 +95,14 @@ def cases(text: str) -> tuple[tuple[int, int], ...]:
     if any(len(pair) != 2 for pair in pairs):
         raise argparse.ArgumentTypeError("expected PARTITIONS:RECORDS[,PARTITIONS:RECORDS...]")
     return tuple((int(p), int(r)) for p, r in pairs)
+
+
+def triples(text: str) -> tuple[tuple[int, int, int], ...]:
+    """'20:16:16,200:2000:10' -> ((20, 16, 16), (200, 2000, 10))"""
+    parts = [item.split(":") for item in text.split(",") if item.strip()]
+    if any(len(part) != 3 for part in parts):
+        raise argparse.ArgumentTypeError("expected A:B:C[,A:B:C...]")
+    return tuple((int(a), int(b), int(c)) for a, b, c in parts)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -160,6 +170,12 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
         help="roundtrip backlog, in --partitions partitions [1000000]",
     )
     p.add_argument(
+        "--groups-cases",
+        type=triples,
+        help="groups section: GROUPS:PARTITIONS:PER_GROUP,... [20:16:16]; 200:2000:10: 200 "
+        "groups on 10 partitions each of a 2,000-partition topic",
+    )
+    p.add_argument(
         "--scale-cases",
         type=cases,
         help="scale section: TOPICS:RECORDS,... (5 partitions a topic) [400:120000,400:1200000]",
@@ -208,5 +224,6 @@ def parse_args(argv: list[str] | None = None) -> Options:
         roundtrip_records=pick("roundtrip_records"),
         stores=args.store,
         scale_cases=pick("scale_cases"),
+        groups_cases=pick("groups_cases"),
         repeat=args.repeat,
     )

@@ -207,3 +207,31 @@ def test_failover_to_a_standby_node_240ms_away_loses_and_repeats_nothing(
 
 def count(bootstrap: str, topic: str) -> int:
     return len(flat(read_all(bootstrap, topic)))
+
+
+def test_one_task_serving_a_thousand_partitions_copies_every_record_once(
+    source_broker, target_broker, tmp_path
+):
+    """One slot: one task fetches 1,000 partitions (a fetch of them takes Tansu about a second,
+    far past the task loop's tick) and writes them all."""
+    count = 1_000
+    src = create_topic(source_broker.bootstrap, unique_topic("wide"), count, timeout=60)
+    dst = create_topic(target_broker.bootstrap, unique_topic("wide-copy"), count, timeout=60)
+    batch = [
+        Record(
+            key=b"k%d" % i,
+            value=b"v%d" % i,
+            partition=i % count,
+            timestamp_ms=1_700_000_000_000 + i,
+        )
+        for i in range(5 * count)
+    ]
+    produce(source_broker.bootstrap, src, batch)
+    conf = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
+                        target=target_broker.bootstrap, topics={src: dst},
+                        spark="slots = 1")  # fmt: skip
+    run = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", "--no-progress", timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "slots 1" in run.stderr
+    copied = flat(read_all(target_broker.bootstrap, dst, timeout=60))
+    assert_exact_copy(read_all(source_broker.bootstrap, src, timeout=60), copied, src)

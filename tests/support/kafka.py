@@ -1,7 +1,7 @@
 """Real Kafka-protocol brokers for the tests, and helpers to put data in and read it back.
 
 Brokers are Tansu processes (memory storage) started by the tests, one per cluster, see
-shared/TANSU.md. With ``KTM_TEST_KAFKA=host:port`` set, every cluster a test asks for is
+docs/development.md. With ``KTM_TEST_KAFKA=host:port`` set, every cluster a test asks for is
 that one external cluster instead (tests use uuid topic names), and brokers cannot be killed.
 
 The helpers use kafka-python directly, so they do not depend on the code under test.
@@ -369,7 +369,7 @@ def read_all(
     """Every record of every partition of ``topic``, from the beginning to its real end.
 
     The real end is the high watermark a fetch returns, not end_offsets(): Tansu's ListOffsets
-    reports the last batch's base offset + 1 (TANSU.md). assign/seek only, no group.
+    reports the last batch's base offset + 1 (docs/development.md). assign/seek only, no group.
     """
     described = describe_topic(bootstrap, topic)
     if described is None:

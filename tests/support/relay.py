@@ -126,7 +126,7 @@ def committed_offsets(
 
 
 def listed_end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """ListOffsets(latest): exact on Apache Kafka, under-reported by Tansu (TANSU.md)."""
+    """ListOffsets(latest): exact on Apache Kafka, under-reported by Tansu (docs/development.md)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]

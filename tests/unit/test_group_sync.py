@@ -32,9 +32,14 @@ class FakeTranslator:
 
     def __init__(self, copies: dict[tuple[str, int], list[Copy]]):
         self.copies = copies
+        self.searched = 0
 
     def bounds(self, dests: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         return {d: (0, len(self.copies.get(d, []))) for d in dests}
+
+    def first_copies(self, asks: list[Any]) -> list[int]:
+        self.searched += len(asks)
+        return [self.first_copy(*ask) for ask in asks]
 
     def first_copy(self, dest: Any, source: Any, offset: int, bounds: tuple[int, int]) -> int:
         later = [d for d, key, o in self.copies.get(dest, []) if key == source and o >= offset]

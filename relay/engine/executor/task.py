@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 EMPTY_POLL_WAIT = 0.2  # seconds a poll may wait; bounds how late "stop" is noticed
 COMMIT_INTERVAL = 1.0  # seconds between source group commits of durable offsets
 BACKED_UP_WAIT = 0.02  # seconds between looks at the acks while the writer is backed up
+SWEEP_INTERVAL = 0.25  # seconds between passes over every partition of the task
 
 
 def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) -> GroupResult:
@@ -70,6 +71,7 @@ class GroupRun:
         self.reader: Any = None
         self.buffer_limit: int | None = None
         self.throttle = Throttle(None, None)
+        self._writing: set[tuple[str, int]] = set()  # partitions with writes not yet durable
 
     def execute(self) -> TaskError | None:
         error: TaskError | None = None
@@ -107,16 +109,20 @@ class GroupRun:
         return error
 
     def _pump(self) -> None:
-        next_report = next_commit = time.monotonic()
+        next_report = next_commit = next_sweep = time.monotonic()
+        active: list[PartitionState] = []
         while not self.channel.should_stop:
             now = time.monotonic()
-            active = [p for p in self.parts.values() if not p.reached_stop]
+            sweep = now >= next_sweep  # a pass over every partition, not only the busy ones
+            if sweep:
+                active = [p for p in self.parts.values() if not p.reached_stop]
+                next_sweep = now + SWEEP_INTERVAL
             if not active:
                 if all(p.settled(now) for p in self.parts.values()):
                     return
                 self.sides.flush(EMPTY_POLL_WAIT)
             else:
-                self._step(active)
+                self._step(active, sweep)
             now = time.monotonic()
             if now >= next_report:
                 self.channel.report(self.result(None, 0.0))
@@ -125,40 +131,59 @@ class GroupRun:
                 self._commit()
                 next_commit = now + COMMIT_INTERVAL
 
-    def _step(self, active: list[PartitionState]) -> None:
+    def _step(self, active: list[PartitionState], sweep: bool) -> None:
+        """One poll: the partitions it brought records for are written, and the acks of those
+        being written are collected. A sweep also moves every partition to its reader's
+        position (past offsets that hold no record), ticks every writer (a segment's age) and
+        collects every ack: a task of a thousand partitions does that a few times a second,
+        not at every poll."""
         hold = self.throttle.wait()  # [limits]: this task's share is spent for now
-        if hold > 0 or self._backed_up(active):  # or a slow or far target: wait for acks
+        if hold > 0 or self._backed_up():  # or a slow or far target: wait for acks
             pause = min(hold, EMPTY_POLL_WAIT) if hold > 0 else BACKED_UP_WAIT
             time.sleep(pause)
             self.throttle.held += pause if hold > 0 else 0.0
-            now = time.monotonic()
-            for part in active:
-                part.collect_acks(now)
+            self._collect_acks(time.monotonic(), active if sweep else None)
             return
         try:
             batch = self.reader.poll(EMPTY_POLL_WAIT)
-            positions = self.reader.positions([p.key for p in active])
+            moved = [p.key for p in active] if sweep else list(batch)
+            positions = self.reader.positions(moved)
         except Exception as exc:
             raise SourceFailure(f"{type(exc).__name__}: {exc}") from exc
         if self.throttle.limited:
             self.throttle.spend(*_volume(batch))
-        now = time.monotonic()
-        for part in active:
-            records = batch.get(part.key)
+        for key in moved:
+            part = self.parts[key]
+            if part.reached_stop:
+                continue
+            records = batch.get(key)
             if records:
                 if self.channel.should_stop:  # the lease may have run out during the poll
                     return
                 part.handle(records)
-            part.advance(positions[part.key])
+                self._writing.add(key)
+            part.advance(positions[key])
             if part.reached_stop:
-                self.reader.pause(part.key)
-            part.collect_acks(now)
+                self.reader.pause(key)
+        self._collect_acks(time.monotonic(), active if sweep else None)
 
-    def _backed_up(self, active: list[PartitionState]) -> bool:
+    def _collect_acks(self, now: float, everyone: list[PartitionState] | None) -> None:
+        """What is durable now, for the partitions being written (or `everyone`)."""
+        parts = everyone if everyone is not None else [self.parts[k] for k in self._writing]
+        for part in parts:
+            part.collect_acks(now)
+            if part.writer.flush_needed():
+                self._writing.add(part.key)
+            else:
+                self._writing.discard(part.key)
+
+    def _backed_up(self) -> bool:
         """More written and not yet durable than the sides allow: reading on would only queue
         records in the producer until they expire there."""
         limit = self.buffer_limit
-        return limit is not None and sum(p.writer.unacked_bytes for p in active) >= limit
+        if limit is None:
+            return False
+        return sum(self.parts[k].writer.unacked_bytes for k in self._writing) >= limit
 
     def _settle(self) -> TaskError | None:
         """Wait (bounded) for everything written to be durable; the first record that is not

@@ -28,11 +28,12 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from relay.clients import admin
+from relay.clients.kept import keep_clients
 from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics, per_topic
 from relay.selection import carried_groups
 from relay.spec import PartitionRoute, SourcePartition
-from relay.translation import TP, Translator
+from relay.translation import TP, Ask, Translator
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class GroupSync:
         # (destination, source partition, committed offset) -> its first copy, found before
         self._copies: dict[tuple[TP, SourcePartition, int], int] = {}
         self._seen: dict[tuple[TP, SourcePartition, int], int] = {}
+        self._found: dict[tuple[TP, SourcePartition, int], int] = {}  # this sync's searches
         self._active: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ktm-groups", daemon=True)
@@ -116,18 +118,45 @@ class GroupSync:
         self._seen = {}
         with closing(Translator(self.target, self.timeout)) as translator:
             bounds = translator.bounds(wanted) if wanted else {}
-            results = []
-            for group in groups:
-                parts = tuple(
-                    self._translated(translator, dest, keys, on_source[group], progress, bounds,
-                                     on_target[group].get(dest))
-                    for dest, keys in sorted(by_dest.items())
-                    if _any(on_source[group], keys)
-                )  # fmt: skip
-                members = admin.group_members(self.target, group, self.timeout)
-                results.append(GroupResult(group, read_at, parts, members))
+            self._search_all(translator, groups, by_dest, on_source, bounds)
+        results = []
+        for group in groups:
+            parts = tuple(
+                self._translated(dest, keys, on_source[group], progress, bounds,
+                                 on_target[group].get(dest))
+                for dest, keys in sorted(by_dest.items())
+                if _any(on_source[group], keys)
+            )  # fmt: skip
+            members = admin.group_members(self.target, group, self.timeout)
+            results.append(GroupResult(group, read_at, parts, members))
         self._copies = self._seen  # only what this sync used: the cache never grows
         return [self._commit(r) for r in results] if commit else results
+
+    def _search_all(
+        self,
+        translator: Translator,
+        groups: list[str],
+        by_dest: dict[TP, list[SourcePartition]],
+        on_source: dict[str, dict[TP, int]],
+        bounds: dict[TP, tuple[int, int]],
+    ) -> None:
+        """Find every committed offset's first copy that is not known yet, all searches
+        together (one fetch per round for all of them); found ones go to `_seen`."""
+        asks: dict[tuple[TP, SourcePartition, int], Ask] = {}
+        for group in groups:
+            for dest, keys in by_dest.items():
+                begin, end = bounds.get(dest, (0, 0))
+                for key in keys:
+                    committed = on_source[group].get(key)
+                    if committed is None or (dest, key, committed) in asks:
+                        continue
+                    known = self._copies.get((dest, key, committed))
+                    if known is not None and begin <= known < end:
+                        self._seen[(dest, key, committed)] = known  # did not move: no search
+                    else:
+                        asks[(dest, key, committed)] = (dest, key, committed, (begin, end))
+        found = translator.first_copies(list(asks.values()))
+        self._found = dict(zip(asks, found, strict=True))
 
     def _relay_progress(
         self, source: ClusterConfig, routes: list[PartitionRoute]
@@ -141,7 +170,6 @@ class GroupSync:
 
     def _translated(
         self,
-        translator: Translator,
         dest: TP,
         keys: list[SourcePartition],
         on_source: dict[TP, int],
@@ -150,12 +178,12 @@ class GroupSync:
         before: int | None,
     ) -> Translated:
         sources = tuple((key, on_source[key]) for key in keys if key in on_source)
-        (begin, end), offset = bounds[dest], None
+        (_, end), offset = bounds[dest], None
         for key, committed in sources:
             # A copy found once stays where it is: a group that did not move costs no search.
-            found = self._copies.get((dest, key, committed))
-            if found is None or not begin <= found < end:
-                found = translator.first_copy(dest, key, committed, bounds[dest])
+            found = self._seen.get((dest, key, committed))
+            if found is None:
+                found = self._found[(dest, key, committed)]
             if found == end and progress.get(key, -1) < committed:
                 return Translated(dest, None, end, before, sources)  # not relayed that far yet
             if found < end:
@@ -190,7 +218,8 @@ class GroupSync:
         if not self._may_sync():
             return
         try:
-            results = self.translate(commit=True)
+            with keep_clients():  # one admin client for every group's reads and commits
+                results = self.translate(commit=True)
         except Exception as exc:  # noqa: BLE001 - the next interval tries again
             log.warning("group sync failed (next try in %gs): %s", self.cfg.groups.interval, exc)
             return

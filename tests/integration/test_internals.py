@@ -1,0 +1,91 @@
+"""The contract with the libraries' private parts (relay/internals.py), on real objects: every
+internal ktm uses is found where it was read, on a real producer, consumer and admin client
+talking to a real broker, and on the test session's real SparkContext. An upgrade of
+kafka-python or PySpark that moves one fails here, naming it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from relay import internals
+from tests.support.kafka import create_topic, unique_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_every_internal_is_seen_on_the_classes():
+    internals.check()  # raises Missing for a required one, warns for one with a fallback
+    assert all(internal.present() for internal in internals.INTERNALS)
+
+
+def test_the_producer_internals(source_broker):
+    topic = create_topic(source_broker.bootstrap, unique_topic("internals"), 2)
+    producer = KafkaProducer(bootstrap_servers=source_broker.bootstrap, acks="all")
+    try:
+        acc = internals.accumulator(producer)
+        tp = TopicPartition(topic, 1)
+        with internals.appending(acc), internals.partition_lock(acc, tp):
+            assert len(internals.partition_queue(acc, tp)) == 0
+        assert not internals.accumulator_closed(acc)
+        assert internals.known_partitions(producer, topic) == {0, 1}
+        assert not internals.is_transactional(producer)
+        failures: list[object] = []
+        internals.on_batch_failure(producer, lambda batch, future: failures.append(batch))
+        internals.on_batch_split(acc, lambda batch, halves: None)
+        internals.several_batches_in_flight(producer)
+        future = producer.send(topic, b"v", partition=1)
+        internals.wake_sender(producer)
+        future.get(timeout=30)
+        batch = next(iter(internals.partition_queue(acc, tp)), None)
+        assert batch is None or not internals.still_incomplete(acc, batch)
+        assert internals.metadata_config(producer)["allow_auto_create_topics"] in (True, False)
+        assert failures == []
+    finally:
+        internals.stop_sending(producer, 5.0)
+        producer.close(timeout=5)
+
+
+def test_the_consumer_group_and_admin_internals(source_broker):
+    topic = create_topic(source_broker.bootstrap, unique_topic("internals"), 1)
+    group = unique_topic("internals-group")
+    consumer = KafkaConsumer(bootstrap_servers=source_broker.bootstrap, group_id=group,
+                             session_timeout_ms=6000, heartbeat_interval_ms=1000)  # fmt: skip
+    admin = KafkaAdminClient(bootstrap_servers=source_broker.bootstrap)
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=200)
+        tp = TopicPartition(topic, 0)
+        consumer.seek(tp, 0)
+        assert internals.position(consumer, tp) == 0
+        assert internals.last_heartbeat(consumer) > float("-inf")
+        assert internals.group_member_count(admin, group) == 1
+        internals.request_rejoin(consumer)
+        assert internals.metadata_config(consumer)["allow_auto_create_topics"] in (True, False)
+        assert internals.metadata_config(admin)["allow_auto_create_topics"] in (True, False)
+    finally:
+        consumer.close(autocommit=False)
+        admin.close()
+
+
+def test_the_pyspark_internals(spark):
+    context = internals.active_spark_context()
+    assert context is not None
+    internals.quiet_accumulator_server(context, lambda request, address: None)
+    assert getattr(context, "_accumulatorServer", None) is not None
+    assert internals.gateway_process(spark._gateway) is not None  # the engine owns its JVM
+
+
+def test_a_missing_internal_is_one_line_naming_the_library_and_version(monkeypatch):
+    gone = internals.Internal("Sender.nowhere", "kafka-python", lambda: False, None)
+    monkeypatch.setattr(internals, "INTERNALS", (gone,))
+    with pytest.raises(internals.Missing) as raised:
+        internals.check()
+    assert str(raised.value).startswith("kafka-python 3.0 is needed (found 3.0.")
+    assert str(raised.value).endswith("Sender.nowhere is missing")
+    with pytest.raises(internals.Missing, match="KafkaProducer._accumulator is missing"):
+        internals.accumulator(object())
