@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+from relay.errors import KtmError
+
 log = logging.getLogger(__name__)
 
 KAFKA_PYTHON = "3.0"  # the versions these were read from, and tested on
 PYSPARK = "4.3"
 
 
-class Missing(Exception):
-    """A library internal ktm uses is not where it was: the library changed."""
+class Missing(KtmError):
+    """A library internal ktm uses is not where it was: the library changed (exit 1)."""
 
     def __init__(self, what: str, library: str = "kafka-python"):
         wanted = KAFKA_PYTHON if library == "kafka-python" else PYSPARK
@@ -103,7 +105,7 @@ def still_incomplete(acc: Any, batch: Any) -> bool:
     """Whether the accumulator still tracks `batch` (a batch it split is dropped from it)."""
     incomplete = _attr(acc, "_incomplete", "RecordAccumulator._incomplete")
     batches = _attr(incomplete, "_incomplete", "IncompleteProducerBatches._incomplete")
-    with incomplete._lock:
+    with _attr(incomplete, "_lock", "IncompleteProducerBatches._lock"):
         return batch in batches
 
 

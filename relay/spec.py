@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 # the record path stamps it (relay.engine.executor.writers); one name for both forms
 from relay.batches.provenance import PROVENANCE_HEADER as PROVENANCE_HEADER
-from relay.config import ClusterConfig, FetchConfig, StoreConfig, TargetConfig
 from relay.filters import FilterSpec
 
 SourcePartition = tuple[str, int]  # (source topic, partition)
@@ -40,13 +39,8 @@ class PartitionWork:
     yet at the destination) up to `stop` (exclusive; None: until told to stop)."""
 
     route: PartitionRoute
-    start: int  # FROM_FIRST_SEGMENT: restore --follow, the store had no segment of it yet
+    start: int  # restore's FROM_FIRST_SEGMENT: --follow, the store had no segment of it yet
     stop: int | None = None
-
-
-# A restore start for a partition whose store held no segment when the run was planned and
-# that the destination holds nothing of: the partition begins where its first segment does.
-FROM_FIRST_SEGMENT = -1
 
 
 @dataclass(frozen=True)
@@ -66,79 +60,19 @@ class Rates:
     bytes_per_second: float = 0.0
 
 
-@dataclass(frozen=True)
-class GroupTask:
-    """Everything one executor task needs to relay a group of partitions; pickled to it."""
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
+    """What every task spec carries: its place in the round, its partitions, where it
+    reports, its share of `[limits]`, its filters. Each pipeline's spec (its folder's spec.py)
+    adds where its tasks read and write; Spark pickles a spec to an executor."""
 
     round_id: int
     task_id: int
-    source: ClusterConfig
-    target: TargetConfig
     partitions: tuple[PartitionWork, ...]
-    group_id: str  # the source consumer group offsets are committed to
     channel: ChannelAddress  # where to report; the driver's answers grant the lease to write
     report_interval: float = 0.5
+    rates: Rates = Rates()
     filters: tuple[FilterSpec, ...] = ()
-    fetch: FetchConfig = FetchConfig()
-    rates: Rates = Rates()
-
-
-@dataclass(frozen=True)
-class BackupTask:
-    """A group of source partitions to back up into the store (same reading side as relay)."""
-
-    round_id: int
-    task_id: int
-    source: ClusterConfig
-    store: StoreConfig
-    partitions: tuple[PartitionWork, ...]
-    group_id: str
-    channel: ChannelAddress
-    report_interval: float = 0.5
-    filters: tuple[FilterSpec, ...] = ()
-    fetch: FetchConfig = FetchConfig()
-    rates: Rates = Rates()
-
-
-@dataclass(frozen=True)
-class RestoreTask:
-    """A group of stored partitions to write into the target, in offset order."""
-
-    round_id: int
-    task_id: int
-    store: StoreConfig
-    target: TargetConfig
-    partitions: tuple[PartitionWork, ...]
-    channel: ChannelAddress
-    report_interval: float = 0.5
-    follow: bool = False  # keep restoring segments as they land
-    from_time: int | None = None  # milliseconds since the epoch, inclusive
-    until_time: int | None = None  # exclusive
-    rates: Rates = Rates()
-
-
-TaskSpec = GroupTask | BackupTask | RestoreTask
-
-
-@dataclass(frozen=True)
-class CompactTask:
-    """ktm compact: merge the level-`level` segments of these partitions (a batch job)."""
-
-    store: StoreConfig
-    partitions: tuple[SourcePartition, ...]
-    level: int
-    min_age: float  # seconds: younger segments are left alone (backup may still add next to them)
-    target_bytes: int  # a merged segment holds about this much
-    delete: bool  # delete the inputs once the merged segment is verified
-
-
-@dataclass(frozen=True)
-class CompactResult:
-    merged: int = 0  # segments written (level + 1)
-    inputs: int = 0  # segments they replace
-    deleted: int = 0  # segments deleted (inputs, and leftovers of a crashed compaction)
-    records: int = 0
-    errors: tuple[str, ...] = ()  # one line per partition that failed
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ share one destination partition (`dest:N`), so the search is a binary search ove
 batches: a few small fetches, not a scan. MirrorMaker 2 translates through sparse offset syncs
 instead and may land before that point.
 
-Used by `ktm restore --groups` and by the relay's group sync (relay.pipelines.mirror.group_sync).
+Used by `ktm restore --groups` and by the relay's group sync (relay.pipelines.relay.group_sync).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from kafka.admin import ConfigResource
 from kafka.errors import IncompatibleBrokerVersion, KafkaTimeoutError, UnsupportedVersionError
 from kafka.structs import OffsetAndMetadata
 
+from relay import internals
 from relay.clients.kept import kept
 from relay.clients.settings import (  # noqa: F401
     client_settings,
@@ -252,14 +253,8 @@ def group_members(cluster: ClusterConfig, group: str, timeout: float) -> int:
     DescribeGroups, read without kafka-python's decoding of the authorized operations, which
     fails on brokers that answer a value it does not know (Tansu does)."""
 
-    async def describe(admin: KafkaAdminClient) -> int:
-        coordinators = await admin._find_coordinator_ids([group])
-        request = admin._describe_groups_request([group])
-        response = await admin._manager.send(request, node_id=coordinators[group])
-        return sum(len(described.members) for described in response.groups)
-
     with admin_client(cluster, timeout) as admin:
-        return int(admin._manager.run(describe, admin))
+        return internals.group_member_count(admin, group)
 
 
 def topic_configs(

@@ -45,6 +45,7 @@ from kafka.errors import IllegalStateError, RecordListTooLargeError
 from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecords
 
+from relay import internals
 from relay.batches import DestBatch, stamp_producer
 from relay.clients.delivery import Delivery
 
@@ -111,12 +112,12 @@ class PrebuiltRecords:
 class BatchDelivery(Delivery):
     """How one produced batch ended; once acknowledged, the offset the broker gave it."""
 
-    __slots__ = ("_producer_batch", "_incomplete")
+    __slots__ = ("_producer_batch", "_acc")
 
-    def __init__(self, producer_batch: ProducerBatch, incomplete: Any):
+    def __init__(self, producer_batch: ProducerBatch, acc: Any):
         super().__init__(producer_batch.produce_future, True)
         self._producer_batch = producer_batch
-        self._incomplete = incomplete
+        self._acc = acc
 
     def error(self) -> BaseException | None:
         found = super().error()
@@ -126,8 +127,7 @@ class BatchDelivery(Delivery):
 
     def _split(self) -> bool:
         """Dropped by the accumulator without completing: split by the sender."""
-        with self._incomplete._lock:
-            gone = self._producer_batch not in self._incomplete._incomplete
+        gone = not internals.still_incomplete(self._acc, self._producer_batch)
         return gone and not self._future.is_done  # a completed batch is dropped after completing
 
     @property
@@ -138,12 +138,15 @@ class BatchDelivery(Delivery):
 
 
 def has_batch_internals(producer: KafkaProducer) -> bool:
-    """What this module needs of kafka-python 3.0 (pinned in setup.cfg) beyond the record
-    path's bulk appends, which `relay.clients.producer` checks first (accumulator, sender, not
-    transactional): magic-2 batches and the set of incomplete batches. Without them the relay
-    moves records instead."""
-    acc = producer._accumulator
-    return acc.config.get("message_version") == 2 and hasattr(acc._incomplete, "_incomplete")
+    """What this module needs of kafka-python 3.0 beyond the record path's bulk appends, which
+    `relay.clients.producer` checks first (accumulator, sender, not transactional): magic-2
+    batches and the set of incomplete batches. Without them the relay moves records instead."""
+    acc = internals.accumulator(producer)
+    try:
+        internals.still_incomplete(acc, None)
+    except internals.Missing:
+        return False
+    return bool(acc.config.get("message_version") == 2)
 
 
 def append_batches(
@@ -158,28 +161,21 @@ def append_batches(
     the partition's lock, raises to refuse the batches (see relay.clients.producer)."""
     if not batches:
         return []
-    partitions = producer._metadata.partitions_for_topic(topic)
-    if partitions is None:
-        partitions = producer._wait_on_metadata(topic, producer.config["max_block_ms"])
-    if partition not in partitions:
+    if partition not in internals.known_partitions(producer, topic):
         raise ValueError(f"{topic} has no partition {partition}")
-    acc = producer._accumulator
+    acc = internals.accumulator(producer)
     tp = TopicPartition(topic, partition)
     now = time.monotonic()
     deliveries = []
-    acc._appends_in_progress.increment()
-    try:
-        with acc._tp_lock(tp):
-            if acc._closed:
-                raise IllegalStateError("the producer is closed")
-            refused(tp)
-            dq = acc._batches[tp]
-            for built in batches:
-                producer_batch = ProducerBatch(tp, PrebuiltRecords(built), now=now)
-                dq.append(producer_batch)
-                acc._incomplete.add(producer_batch)
-                deliveries.append(BatchDelivery(producer_batch, acc._incomplete))
-    finally:
-        acc._appends_in_progress.decrement()
-    producer._sender.wakeup()
+    with internals.appending(acc), internals.partition_lock(acc, tp):
+        if internals.accumulator_closed(acc):
+            raise IllegalStateError("the producer is closed")
+        refused(tp)
+        dq = internals.partition_queue(acc, tp)
+        for built in batches:
+            producer_batch = ProducerBatch(tp, PrebuiltRecords(built), now=now)
+            dq.append(producer_batch)
+            internals.track(acc, producer_batch)
+            deliveries.append(BatchDelivery(producer_batch, acc))
+    internals.wake_sender(producer)
     return deliveries

@@ -14,6 +14,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from relay import internals
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 
@@ -59,15 +60,15 @@ class GroupReader:
 
         Read from the subscription state: `KafkaConsumer.position()` also refreshes committed
         offsets and validates positions, a round trip per call, far too slow per poll for
-        hundreds of partitions. The public call is the fallback (kafka-python is pinned)."""
-        assignment = getattr(getattr(self._consumer, "_subscription", None), "assignment", None)
+        hundreds of partitions. The public call is the fallback."""
         found = {}
         for key in keys:
-            state = assignment.get(self._tps[key]) if assignment is not None else None
-            position = getattr(state, "position", None)
-            found[key] = (
-                position.offset if position is not None else self._consumer.position(self._tps[key])
-            )
+            tp = self._tps[key]
+            try:
+                position = internals.position(self._consumer, tp)
+            except internals.Missing:
+                position = None
+            found[key] = position if position is not None else self._consumer.position(tp)
         return found
 
     def highwater(self, key: TP) -> int | None:

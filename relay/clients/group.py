@@ -32,6 +32,7 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolSubscription,
 )
 
+from relay import internals
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 
@@ -173,7 +174,7 @@ class GroupMember:
         if sorted(topics) != self._topics:
             self._topics = sorted(topics)
             self._consumer.subscribe(topics=list(topics), listener=self._listener)
-        self._consumer._coordinator.request_rejoin()
+        internals.request_rejoin(self._consumer)
 
     def poll(self, timeout: float) -> None:
         records = self._consumer.poll(timeout_ms=int(timeout * 1000))
@@ -185,10 +186,7 @@ class GroupMember:
         -inf while it is not a stable member). Not kafka-python's `last_reset`: that one also
         moves when a frozen member wakes up and merely finds its coordinator again, before it
         learns that it was expelled."""
-        coordinator = self._consumer._coordinator
-        if not coordinator.stable():
-            return float("-inf")
-        return float(coordinator.heartbeat.last_receive)
+        return internals.last_heartbeat(self._consumer)
 
     def close(self) -> None:
         """Leave the group now, so the others need not wait for the session to expire."""

@@ -20,6 +20,7 @@ never a kafka-python future.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from kafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from relay import internals
 from relay.batches import DestBatch
 from relay.clients.batch_produce import BatchDelivery, append_batches, has_batch_internals
 from relay.clients.delivery import Delivery, error_of
@@ -93,20 +95,17 @@ class Producer:
         # expires it after its delivery timeout; twice that, plus a margin, means it is stuck.
         self.ack_deadline = 2 * settings["delivery_timeout_ms"] / 1000 + 5
         self._closed = False
-        self._bulk = bulk and _has_bulk_internals(self._producer)
+        # Destination partitions a batch failed on: nothing more may be appended to them
+        self._failed: set[TopicPartition] = set()
+        self._bulk = bulk and _takes_bulk(self._producer, self._failed)
         # built batches (the batch path) go through the same accumulator and sender; checked
         # only once the bulk internals are known to be there
         self.takes_built = self._bulk and has_batch_internals(self._producer)
-        if bulk and not self._bulk:
-            log.warning("kafka-python internals changed: producing one record at a time")
-        if self._bulk:
-            _complete_split_batches(self._producer._accumulator)
         if target.max_in_flight > 1:
-            _pipeline_partitions(self._producer)
-        # Destination partitions a batch failed on: nothing more may be appended to them
-        self._failed: set[TopicPartition] = set()
-        if _has_failure_hook(self._producer):
-            _stop_partition_on_failure(self._producer, self._failed)
+            try:
+                internals.several_batches_in_flight(self._producer)
+            except internals.Missing as exc:
+                log.warning("%s: one produce request per partition at a time", exc)
 
     def send_batch(self, topic: str, partition: int, items: Sequence[Item]) -> list[Segment]:
         """Append records, in order, to one partition; returns segments covering them in order."""
@@ -117,10 +116,9 @@ class Producer:
                 raise PartitionFailed(topic, partition)
             return [(1, Delivery(self._send_one(topic, partition, item), False)) for item in items]
         tp = TopicPartition(topic, partition)
-        if self._producer._metadata.partitions_for_topic(topic) is None:
-            self._producer._wait_on_metadata(topic, self._producer.config["max_block_ms"])
-        segments = _append_bulk(self._producer._accumulator, tp, items, self._failed)
-        self._producer._sender.wakeup()
+        internals.known_partitions(self._producer, topic)
+        segments = _append_bulk(internals.accumulator(self._producer), tp, items, self._failed)
+        internals.wake_sender(self._producer)
         return segments
 
     def send_built(
@@ -163,22 +161,24 @@ class Producer:
         Requests already on the wire may still land: the next owner reads the destination."""
         if not self._closed:
             self._closed = True
-            sender = self._producer._sender
-            sender.force_close()
-            sender.join(timeout)
+            internals.stop_sending(self._producer, timeout)
 
 
-def _has_bulk_internals(producer: KafkaProducer) -> bool:
-    acc = getattr(producer, "_accumulator", None)
-    needed = ("_tp_lock", "_batches", "_incomplete", "_appends_in_progress", "config")
-    if acc is None or not all(hasattr(acc, name) for name in needed):
+def _takes_bulk(producer: KafkaProducer, failed: set[TopicPartition]) -> bool:
+    """Install the hooks the bulk paths need; False (the record path, one `send()` per record)
+    when kafka-python's internals are not the ones read (a warning says which)."""
+    try:
+        if internals.is_transactional(producer):
+            # Idempotence is fine (sequences are set when the sender drains a batch);
+            # transactions, which ktm does not use, would need partitions registered first.
+            return False
+        acc = internals.accumulator(producer)
+        internals.on_batch_split(acc, _complete_when_halves_complete)
+        internals.on_batch_failure(producer, functools.partial(_stop_partition, acc, failed))
+    except internals.Missing as exc:
+        log.warning("%s: producing one record at a time", exc)
         return False
-    if not (hasattr(producer, "_sender") and hasattr(producer, "_wait_on_metadata")):
-        return False
-    manager = getattr(producer, "_transaction_manager", None)
-    # Idempotence is fine (sequences are set when the sender drains a batch); transactions,
-    # which ktm does not use, would need partitions registered first.
-    return manager is None or not manager.is_transactional()
+    return True
 
 
 def _append_bulk(
@@ -187,33 +187,29 @@ def _append_bulk(
     """What RecordAccumulator.append does, for many records under one lock acquisition."""
     now = time.monotonic()
     segments: list[Segment] = []
-    acc._appends_in_progress.increment()
-    try:
-        with acc._tp_lock(tp):
-            if tp in failed:  # under the lock the failure hook takes: no append slips past it
-                raise PartitionFailed(tp.topic, tp.partition)
-            dq = acc._batches[tp]
-            batch: Any = dq[-1] if dq else None
-            count = 0
-            for timestamp, key, value, headers in items:
-                meta = batch.records.append(timestamp, key, value, headers) if batch else None
-                if meta is None:  # no open batch, or it is full: start the next one
-                    if batch is not None and count:
-                        segments.append((count, Delivery(batch.produce_future, True)))
-                    batch, count = _new_batch(acc, tp, now), 0
-                    dq.append(batch)
-                    acc._incomplete.add(batch)
-                    meta = batch.records.append(timestamp, key, value, headers)
-                    if meta is None:
-                        raise ValueError("a record does not fit an empty producer batch")
-                if meta.size > batch.max_record_size:
-                    batch.max_record_size = meta.size
-                count += 1
-            assert batch is not None
-            batch.last_append = now
-            segments.append((count, Delivery(batch.produce_future, True)))
-    finally:
-        acc._appends_in_progress.decrement()
+    with internals.appending(acc), internals.partition_lock(acc, tp):
+        if tp in failed:  # under the lock the failure hook takes: no append slips past it
+            raise PartitionFailed(tp.topic, tp.partition)
+        dq = internals.partition_queue(acc, tp)
+        batch: Any = dq[-1] if dq else None
+        count = 0
+        for timestamp, key, value, headers in items:
+            meta = batch.records.append(timestamp, key, value, headers) if batch else None
+            if meta is None:  # no open batch, or it is full: start the next one
+                if batch is not None and count:
+                    segments.append((count, Delivery(batch.produce_future, True)))
+                batch, count = _new_batch(acc, tp, now), 0
+                dq.append(batch)
+                internals.track(acc, batch)
+                meta = batch.records.append(timestamp, key, value, headers)
+                if meta is None:
+                    raise ValueError("a record does not fit an empty producer batch")
+            if meta.size > batch.max_record_size:
+                batch.max_record_size = meta.size
+            count += 1
+        assert batch is not None
+        batch.last_append = now
+        segments.append((count, Delivery(batch.produce_future, True)))
     return segments
 
 
@@ -228,12 +224,7 @@ class PartitionFailed(Exception):
         super().__init__(f"an earlier batch to {topic}[{partition}] failed")
 
 
-def _has_failure_hook(producer: KafkaProducer) -> bool:
-    sender, acc = getattr(producer, "_sender", None), getattr(producer, "_accumulator", None)
-    return hasattr(sender, "_dispatch_error") and hasattr(acc, "_batches")
-
-
-def _stop_partition_on_failure(producer: KafkaProducer, failed: set[TopicPartition]) -> None:
+def _stop_partition(acc: Any, failed: set[TopicPartition], batch: Any, future: Any) -> None:
     """When a batch fails for good, fail the partition's batches still queued behind it and
     refuse new ones. kafka-python would send them: a batch that expired before it was sent used
     no sequence number, and after an epoch bump sequences start over, so the broker takes the
@@ -241,97 +232,40 @@ def _stop_partition_on_failure(producer: KafkaProducer, failed: set[TopicPartiti
     records it lacks, and a resume after the tail would lose them. Batches already sent keep
     their place in the sequence: the broker refuses one that follows a missing one. All this
     runs on the producer's I/O thread, where kafka-python decides a batch's fate."""
-    sender, acc = producer._sender, producer._accumulator
-    dispatch = sender._dispatch_error
-
-    def dispatch_and_stop(batch: Any, exception: Any, partition_response: Any) -> Any:
-        outcome = dispatch(batch, exception, partition_response)
-        future = batch.produce_future
-        if future.is_done and error_of(future) is not None:
-            _fail_queued(acc, batch.topic_partition, error_of(future), failed)
-        return outcome
-
-    sender._dispatch_error = dispatch_and_stop
-
-
-def _fail_queued(acc: Any, tp: TopicPartition, error: Any, failed: set[TopicPartition]) -> None:
-    with acc._tp_lock(tp):
-        failed.add(tp)
-        queued = list(acc._batches[tp])
-        acc._batches[tp].clear()
-    for batch in queued:
-        batch.records.close()
-        batch.abort(error)
-        acc.deallocate(batch)
-
-
-def _pipeline_partitions(producer: KafkaProducer) -> None:
-    """kafka-python mutes a partition while one of its batches is on the wire whenever
-    idempotence is on, so at most one batch per partition travels per round trip: 14,600
-    records/s to a target 240 ms away (measured). Its drain assigns each batch the next
-    sequence number in order and its sender treats a duplicate sequence as success, as the Java
-    client does with up to five requests in flight; the broker refuses a batch whose
-    predecessor is missing (OUT_OF_ORDER_SEQUENCE), and a failed batch ends the task (the
-    next round resumes from the destination's tail), so nothing lands behind a hole."""
-    sender = getattr(producer, "_sender", None)
-    config = getattr(sender, "config", None)
-    client = getattr(sender, "_client", None)
-    if not (isinstance(config, dict) and "guarantee_message_order" in config and client):
-        # kafka-python is pinned; a newer one may have moved these
-        log.warning("kafka-python internals changed: one produce request per partition at a time")
+    error = error_of(future) if future.is_done else None
+    if error is None:
         return
-    config["guarantee_message_order"] = False
-    _wait_while_busy(client)
+    tp = batch.topic_partition
+    with internals.partition_lock(acc, tp):
+        failed.add(tp)
+        queue = internals.partition_queue(acc, tp)
+        queued = list(queue)
+        queue.clear()
+    for queued_batch in queued:
+        queued_batch.records.close()
+        queued_batch.abort(error)
+        acc.deallocate(queued_batch)
 
 
-def _wait_while_busy(client: Any) -> None:
-    """A connection with its five requests out is not ready, and kafka-python's sender then
-    polls for as long as `connection_delay` says: 0 for a connected node, so it spins a core
-    until an answer comes (measured: 1.85 cores to a target 240 ms away). Unmuted partitions
-    make that the normal state over a long link. Such a node's delay is "until an answer": the
-    poll wakes on it."""
-    delay = client.connection_delay
-
-    def busy_aware(node_id: int) -> float:
-        if client.connected(node_id) and not client.is_ready(node_id):
-            return float("inf")
-        return float(delay(node_id))
-
-    client.connection_delay = busy_aware
-
-
-def _complete_split_batches(acc: Any) -> None:
+def _complete_when_halves_complete(whole: Any, halves: list[Any]) -> None:
     """When a broker refuses a batch as too large, kafka-python splits it in two, re-enqueues
     the halves and moves the per-record futures of `send()` onto them; the batch's own future,
     which the bulk path's Delivery holds, never completes, and its partition would hang. Here
-    that future completes when the halves have: acknowledged if both were (at the first
-    half's offset), failed with the first error otherwise. Halves split again chain the same
-    way. The halves are the first entries of the partition's queue right after the split: the
-    sender thread that splits is also the only one that drains."""
-    split = acc.split_and_reenqueue
-
-    def split_and_complete(batch: Any, now: float | None = None) -> int:
-        count = split(batch, now)
-        with acc._tp_lock(batch.topic_partition):
-            halves = list(acc._batches[batch.topic_partition])[:count]
-        _complete_when_all(batch.produce_future, [half.produce_future for half in halves])
-        return int(count)
-
-    acc.split_and_reenqueue = split_and_complete
-
-
-def _complete_when_all(whole: Any, parts: list[Any]) -> None:
+    that future completes when the halves have: acknowledged if both were (at the first half's
+    offset), failed with the first error otherwise. Halves split again chain the same way."""
+    parts = [half.produce_future for half in halves]
+    future = whole.produce_future
     outcomes: list[Any] = []
 
     def one_done(_: Any) -> None:
         outcomes.append(None)
-        if len(outcomes) < len(parts) or whole.is_done:
+        if len(outcomes) < len(parts) or future.is_done:
             return
         errors = [error for error in map(error_of, parts) if error is not None]
         if errors:
-            whole.failure(errors[0])
+            future.failure(errors[0])
         else:
-            whole.success(parts[0].value)
+            future.success(parts[0].value)
 
     for part in parts:
         part.add_both(one_done)

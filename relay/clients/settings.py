@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from relay import internals
 from relay.config import ClusterConfig
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,10 @@ def never_create_topics(client: Any) -> Any:
     `allow_auto_create_topics` but never hands it to the metadata it builds, so ktm's own
     probes and readers created topics: a failover node that came back empty got the relayed
     topic back from ktm's health checks. The flag is set where kafka-python reads it."""
-    cluster = getattr(client, "_metadata", None)  # a producer's
-    if cluster is None:  # a consumer's or an admin client's
-        cluster = getattr(getattr(client, "_manager", None), "cluster", None)
-    config = getattr(cluster, "config", None)
-    if isinstance(config, dict) and "allow_auto_create_topics" in config:
-        config["allow_auto_create_topics"] = False
-    else:  # kafka-python is pinned; a newer one may have moved it
-        log.warning("kafka-python internals changed: cannot stop topic auto-creation")
+    try:
+        internals.metadata_config(client)["allow_auto_create_topics"] = False
+    except internals.Missing as exc:
+        log.warning("%s: cannot stop topic auto-creation", exc)
     return client
 
 

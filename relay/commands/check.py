@@ -31,17 +31,20 @@ def check(opts: Options) -> int:
 def _relay_plan(cfg: Config, opts: Options) -> bool:
     """The relay's plan; True if the source could not be fetched from."""
     from relay.engine.metrics import Metrics
-    from relay.pipelines.jobs import Relay
+    from relay.pipelines.jobs import relay_job
+    from relay.pipelines.relay.driver import RelayPipeline
 
     stop = threading.Event()
-    relay = Relay(cfg, stop_at_end=False, stop_event=stop, metrics=Metrics(),
-                  failover=opts.mode == "failover", dry_run=True)  # fmt: skip
+    relay = relay_job(cfg, stop_at_end=False, stop_event=stop, metrics=Metrics(),
+                      failover=opts.mode == "failover", dry_run=True)  # fmt: skip
+    pipeline = relay.pipeline
+    assert isinstance(pipeline, RelayPipeline)
     with relay:
         relay.prepare()
-        groups = relay.pipeline.group_plan()
+        groups = pipeline.group_plan()
     snap = relay.status.snapshot()
     click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node}")
-    _topics_report(cfg, relay.pipeline.topic_plan)
+    _topics_report(cfg, pipeline.topic_plan)
     for row in snap.rows:
         r = row.route
         click.echo(
@@ -49,7 +52,7 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
             f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
         )
     click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
-    failed = _fetch_report(cfg, relay.pipeline.pool.active, snap.rows)
+    failed = _fetch_report(cfg, pipeline.pool.active, snap.rows)
     _groups_report(cfg, groups)
     target = cfg.need_target()
     group = f"{cfg.app.group_id}.relay"

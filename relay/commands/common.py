@@ -93,6 +93,9 @@ def load(opts: Options, needs: frozenset[str], console: Any = None) -> Config:
             f"--mode failover: needs at least two [[sources]] nodes, {opts.config_path} has "
             f"{len(cfg.sources)}"
         )
+    from relay import internals
+
+    internals.check()  # the libraries' private parts ktm relies on: one line if one moved
     return cfg
 
 

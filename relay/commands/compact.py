@@ -15,16 +15,11 @@ NEEDS = frozenset({"store"})
 
 
 def compact(opts: Options, options: CompactOptions) -> int:
-    from relay.engine.spark import Engine, default_master, make_log_dir
-    from relay.pipelines.compact.driver import compact as run
+    from relay.engine.batch import run_batch
+    from relay.pipelines.compact.driver import CompactPipeline
 
     cfg = load(opts, NEEDS)
-    master = opts.master or cfg.spark.master or default_master(64)
-    engine = Engine(cfg.spark, master, make_log_dir())
-    try:
-        result = run(cfg, engine, options)
-    finally:
-        engine.stop()
+    result = run_batch(CompactPipeline(cfg, options), cfg.spark, opts.master)
     action = "deleted" if options.delete else "kept (run with --delete to remove them)"
     click.echo(
         f"compacted {result.inputs} level-{options.level} segments into {result.merged} "

@@ -23,9 +23,9 @@ def backup(opts: Options) -> int:
 def _from_sources(opts: Options, kind: str) -> int:
     def build(cfg: Config, stop: threading.Event) -> Runner:
         from relay.engine.metrics import Metrics
-        from relay.pipelines.jobs import Backup, Relay
+        from relay.pipelines.jobs import backup_job, relay_job
 
-        job = Relay if kind == "relay" else Backup
+        job = relay_job if kind == "relay" else backup_job
         return job(
             cfg,
             stop_at_end=opts.stop_at_end,

@@ -22,9 +22,9 @@ def restore(opts: Options, options: RestoreOptions, groups: bool) -> int:
 
     def build(cfg: Config, stop: threading.Event) -> Runner:
         from relay.engine.metrics import Metrics
-        from relay.pipelines.jobs import Restore
+        from relay.pipelines.jobs import restore_job
 
-        return Restore(
+        return restore_job(
             cfg,
             stop_at_end=not options.follow,
             stop_event=stop,

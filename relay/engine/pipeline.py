@@ -10,10 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from relay.config import ClusterConfig
-from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, Rates, SourcePartition
+from relay.spec import (
+    ChannelAddress,
+    PartitionRoute,
+    PartitionWork,
+    Rates,
+    SourcePartition,
+    TaskSpec,
+)
+
+if TYPE_CHECKING:  # the status imports the engine's driver modules
+    from relay.engine.driver.status import Status
 
 REPORT_INTERVAL = 0.5  # seconds between a task's progress reports to the driver
 
@@ -26,33 +36,37 @@ class Plan:
     stops: dict[SourcePartition, int] | None  # --stop-at-end targets
 
 
-class Pipeline(Protocol):
-    kind: str  # "relay", "backup", "restore": names the coordination group and the logs
-    coordinator: ClusterConfig  # the cluster whose consumer group the processes share
-    group_topics: Sequence[str]  # topics of that cluster the membership subscribes to
+class Pipeline:
+    """A pipeline as the driver runs it. A subclass sets `kind`, `sides`, `coordinator` and
+    `group_topics`, and gives `plan`, `where`, `task` and `active_source`; the optional
+    capabilities (failover, partitions found while running, chores, the status it reports
+    into) default to "none" here, so a pipeline without them writes nothing for them.
 
-    @property
-    def sides(self) -> Callable[[Any], Any]:
-        """The executor side: makes a task's Sides (relay.engine.executor.sides) from its spec.
-        A class of an importable module, so Spark ships it to the executors by reference."""
-        ...
+    kind: "relay", "backup", "restore": names the coordination group and the logs.
+    sides: the executor side, a class of an importable module making a task's Sides from its
+        spec (relay.engine.executor.sides); Spark ships it to the executors by reference.
+    coordinator, group_topics: the cluster whose consumer group the processes share, and the
+        topics of it the membership subscribes to.
+    """
+
+    kind: str
+    sides: Callable[[Any], Any]
+    coordinator: ClusterConfig
+    group_topics: Sequence[str]
+
+    # ---- what every pipeline says ------------------------------------------------------------
 
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
-    ) -> Plan: ...
-
-    def active_source(self) -> str:
-        """The name of the node records come from (for the status)."""
-        ...
+    ) -> Plan:
+        """Where each partition stands and where it stops; `on_routes` as soon as the
+        partitions are known (Spark starts and the group is joined meanwhile)."""
+        raise NotImplementedError
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
         """Next offsets the destination (or store) really holds: after a failed round, and
         for partitions this process just took over."""
-        ...
-
-    def adopt(self, routes: Sequence[PartitionRoute]) -> None:
-        """This process owns these partitions now (nobody else writes them)."""
-        ...
+        raise NotImplementedError
 
     def task(
         self,
@@ -61,34 +75,47 @@ class Pipeline(Protocol):
         works: tuple[PartitionWork, ...],
         channel: ChannelAddress,
         rates: Rates,
-    ) -> Any:
+    ) -> TaskSpec:
         """The picklable spec of one task (relay.engine.executor.task runs it), with its share
         of `[limits]`."""
-        ...
+        raise NotImplementedError
+
+    def active_source(self) -> str:
+        """The name of what records come from (for the status)."""
+        raise NotImplementedError
+
+    # ---- optional capabilities ----------------------------------------------------------------
+
+    def bind(self, status: Status) -> None:
+        """The runner's status, for a pipeline that reads acknowledged offsets from it (the
+        group sync) or shows what start-up waits for (restore --follow)."""
+
+    def adopt(self, routes: Sequence[PartitionRoute]) -> None:
+        """This process owns these partitions now (nobody else writes them)."""
 
     def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:
         """Between rounds: switch source nodes if needed; True if it switched (raises
-        ConnectionError if none can serve)."""
-        ...
+        ConnectionError if none can serve). Default: one source, nothing to switch."""
+        return False
 
     def wants_switch(self, nexts: dict[SourcePartition, int]) -> bool:
         """During a round: whether to end it to switch nodes."""
-        ...
+        return False
 
     def views(self) -> list[Any]:
         """Health-check answers of the source nodes (for the status)."""
-        ...
+        return []
 
     def tick(self) -> None:
         """Called about five times a second while a round runs (periodic chores)."""
-        ...
 
     def has_changes(self) -> bool:
         """Whether partitions were found since the plan (the round then ends to take them)."""
-        ...
+        return False
 
     def changes(self) -> Plan | None:
         """The partitions found since the plan, with where each starts (taken once)."""
-        ...
+        return None
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what the pipeline holds; safe twice."""

@@ -26,17 +26,21 @@ import threading
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from relay import internals
 from relay.config import SparkConfig
 from relay.engine import class_archive
 from relay.errors import RelayError
-from relay.spec import CompactResult, CompactTask, GroupResult, TaskSpec
+from relay.spec import GroupResult, TaskSpec
 
 if TYPE_CHECKING:  # the executor side imports kafka-python: not at the driver's start
     from relay.engine.executor.sides import Sides
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")  # a batch job's task spec
+R = TypeVar("R")  # and its result
 
 _LOG4J2 = """\
 rootLogger.level = warn
@@ -79,7 +83,7 @@ class Engine:
         self._archive = class_archive.ArchivePlan("")
         # An embedding program (or the test suite) may own a running context already: use it,
         # and leave stopping it to its owner.
-        self._owned = SparkContext._active_spark_context is None
+        self._owned = internals.active_spark_context() is None
         if self._owned:
             self._archive = class_archive.plan(spark_cfg.class_cache)
             log.debug("spark class archive: %s", self._archive.option or "off")
@@ -133,11 +137,9 @@ class Engine:
         an importable module: Spark ships it by reference)."""
         return RoundJob(self._context, round_id, list(tasks), sides)
 
-    def run_batch(
-        self, tasks: Sequence[CompactTask], run: Callable[[CompactTask], CompactResult]
-    ) -> list[CompactResult]:
+    def run_batch(self, tasks: Sequence[T], run: Callable[[T], R]) -> list[R]:
         """A batch job (ktm compact): `run` on one task per spec, results collected at the
-        end."""
+        end; `run` is a function of an importable module (Spark ships it by reference)."""
         if not tasks:
             return []
         self._context.setJobGroup("ktm-batch", f"ktm: {len(tasks)} tasks", True)
@@ -166,8 +168,7 @@ class Engine:
             return
         # PySpark's accumulator server polls its JVM connection once a second and its accept
         # loop every half second: shut it down on the side, after the JVM is gone.
-        accumulators = getattr(context, "_accumulatorServer", None)
-        context._accumulatorServer = None
+        accumulators = internals.detach_accumulator_server(context)
         try:
             context.cancelAllJobs()
             context.stop()
@@ -307,15 +308,12 @@ def _python_for_workers(spark_cfg: SparkConfig, master: str) -> None:
 def _end_jvm(gateway: Any, timeout: float = JVM_EXIT_TIMEOUT) -> bool:
     """Shut the gateway and wait for the JVM (and the Python workers it started) to exit;
     True if it exited by itself with status 0. A timeout of 0 kills it at once."""
-    from pyspark import SparkContext
-
-    proc = getattr(gateway, "proc", None)
+    proc = internals.gateway_process(gateway)
     try:
         gateway.shutdown()
     except Exception as exc:  # noqa: BLE001
         log.debug("gateway shutdown: %s", exc)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
+    internals.forget_gateway()
     if proc is None:
         return False
     if timeout <= 0:  # not waited for: killed at once
@@ -335,11 +333,12 @@ def _end_jvm(gateway: Any, timeout: float = JVM_EXIT_TIMEOUT) -> bool:
 def _quiet_accumulator_server(context: Any) -> None:
     """PySpark's accumulator server prints a traceback to the terminal when the JVM goes away
     under it: send it to the debug log instead."""
-    server = getattr(context, "_accumulatorServer", None)
-    if server is not None:
-        server.handle_error = lambda _request, address: log.debug(
+    internals.quiet_accumulator_server(
+        context,
+        lambda _request, address: log.debug(
             "spark accumulator connection from %s ended: %r", address, sys.exc_info()[1]
-        )
+        ),
+    )
 
 
 def _package_zip(log_dir: Path) -> Path:

@@ -1,88 +1,76 @@
-"""The three pipelines as runners: what `ktm relay`, `ktm backup` and `ktm restore` run."""
+"""What `ktm relay`, `ktm backup` and `ktm restore` run: a pipeline on the engine's runner.
+
+The runner (relay.engine.driver.runner) is the same for all three; each job gives it its
+pipeline, and the pipeline gets the runner's status through `Pipeline.bind`.
+"""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from relay.config import Config
 from relay.engine.driver.runner import Runner, RunSummary
 from relay.engine.metrics import Metrics
 from relay.filters import FilterSpec, load_filters
 from relay.pipelines.backup.driver import BackupPipeline
-from relay.pipelines.mirror.driver import RelayPipeline
+from relay.pipelines.relay.driver import RelayPipeline
 from relay.pipelines.restore.driver import RestoreOptions, RestorePipeline
 
-__all__ = ["Backup", "Relay", "Restore", "RunSummary"]
+__all__ = ["RunSummary", "backup_job", "relay_job", "restore_job"]
 
 
-class _FromSources(Runner):
-    """A job that reads `[[sources]]`; `filters` default to the config's (its sections and the
-    --filter files)."""
-
-    pipeline_class: type[RelayPipeline] | type[BackupPipeline]
-
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_at_end: bool,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        filters: tuple[FilterSpec, ...] | None = None,
-        master: str | None = None,
-        failover: bool = False,
-        **extra: bool,
-    ):
-        pipeline = self.pipeline_class(
-            cfg,
-            stop_event=stop_event,
-            metrics=metrics,
-            filters=load_filters(cfg) if filters is None else filters,
-            failover=failover,
-            **extra,
-        )
-        super().__init__(
-            cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-            metrics=metrics, master=master,
-        )  # fmt: skip
+def relay_job(
+    cfg: Config,
+    *,
+    stop_at_end: bool,
+    stop_event: threading.Event,
+    metrics: Metrics,
+    filters: tuple[FilterSpec, ...] | None = None,
+    master: str | None = None,
+    failover: bool = False,
+    dry_run: bool = False,
+) -> Runner:
+    """Kafka to Kafka. `dry_run` (ktm check) creates no topic and starts no chore; `filters`
+    default to the config's (its sections and the --filter files)."""
+    pipeline = RelayPipeline(
+        cfg, stop_event=stop_event, metrics=metrics, failover=failover, dry_run=dry_run,
+        filters=load_filters(cfg) if filters is None else filters,
+    )  # fmt: skip
+    return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
+                  metrics=metrics, master=master)  # fmt: skip
 
 
-class Relay(_FromSources):
-    """Kafka to Kafka. `dry_run=True` (ktm check) creates no topic and starts no chore."""
-
-    pipeline_class = RelayPipeline
-    pipeline: RelayPipeline
-
-    def __init__(self, cfg: Config, **kwargs: Any):
-        super().__init__(cfg, **kwargs)
-        self.pipeline.status = self.status  # group sync reads the acknowledged offsets
-
-
-class Backup(_FromSources):
+def backup_job(
+    cfg: Config,
+    *,
+    stop_at_end: bool,
+    stop_event: threading.Event,
+    metrics: Metrics,
+    filters: tuple[FilterSpec, ...] | None = None,
+    master: str | None = None,
+    failover: bool = False,
+) -> Runner:
     """Kafka to store segments."""
+    pipeline = BackupPipeline(
+        cfg, stop_event=stop_event, metrics=metrics, failover=failover,
+        filters=load_filters(cfg) if filters is None else filters,
+    )  # fmt: skip
+    return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
+                  metrics=metrics, master=master)  # fmt: skip
 
-    pipeline_class = BackupPipeline
 
-
-class Restore(Runner):
+def restore_job(
+    cfg: Config,
+    *,
+    stop_at_end: bool,
+    stop_event: threading.Event,
+    metrics: Metrics,
+    options: RestoreOptions | None = None,
+    master: str | None = None,
+) -> Runner:
     """Store segments to Kafka."""
-
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_at_end: bool,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        options: RestoreOptions | None = None,
-        master: str | None = None,
-    ):
-        options = options or RestoreOptions()
-        self.options = options
-        pipeline = RestorePipeline(cfg, stop_event=stop_event, metrics=metrics, options=options)
-        super().__init__(
-            cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-            metrics=metrics, master=master,
-        )  # fmt: skip
-        pipeline.status = self.status  # shows what start-up waits for (--follow)
+    pipeline = RestorePipeline(
+        cfg, stop_event=stop_event, metrics=metrics, options=options or RestoreOptions()
+    )
+    return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
+                  metrics=metrics, master=master)  # fmt: skip

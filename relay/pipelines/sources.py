@@ -11,6 +11,7 @@ from relay.config import Config
 from relay.engine.driver.failover import SourcePool
 from relay.engine.driver.setup import Startup
 from relay.engine.metrics import Metrics
+from relay.engine.pipeline import Pipeline
 from relay.filters import FilterSpec
 from relay.resume import Delivered, check_continuity
 from relay.spec import SourcePartition
@@ -18,7 +19,9 @@ from relay.spec import SourcePartition
 log = logging.getLogger(__name__)
 
 
-class FromSources:
+class FromSources(Pipeline):
+    """Relay and backup: a source pool (one node, or N identical ones in failover mode)."""
+
     def __init__(
         self,
         cfg: Config,

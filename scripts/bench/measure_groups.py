@@ -4,7 +4,7 @@ driver, per sync.
 A source topic of P partitions is relayed by `ktm relay --stop-at-end`; G consumer groups then
 commit a random offset on K partitions each of it on the source (`--groups-cases G:P:K`; group i
 on partitions i*K.. modulo P: with K = P every group on every partition). The relay's group
-sync (relay.pipelines.mirror.group_sync.GroupSync, the driver-side code as it runs, here in this
+sync (relay.pipelines.relay.group_sync.GroupSync, the driver-side code as it runs, here in this
 process against the bench's brokers) translates and commits them three times: every translation
 searched (the first sync), no group moved (the cached copies serve), every group moved again.
 Each sync is checked: every committed target offset must be the destination offset of the first
@@ -24,7 +24,7 @@ from relay.clients.admin import offset_bounds
 from relay.clients.kept import keep_clients
 from relay.config import load_config
 from relay.engine.metrics import Metrics
-from relay.pipelines.mirror.group_sync import GroupSync
+from relay.pipelines.relay.group_sync import GroupSync
 from relay.spec import PartitionRoute
 from scripts.bench import report
 from scripts.bench.contenders import Bench, Ktm, unique

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
+from relay.engine.batch import run_on
+from relay.engine.driver.runner import Runner
 from relay.engine.metrics import Metrics
-from relay.pipelines.compact.driver import CompactOptions, compact
-from relay.pipelines.jobs import Backup, Relay, Restore, RunSummary
+from relay.pipelines.compact.driver import CompactOptions, CompactPipeline
+from relay.pipelines.jobs import RunSummary, backup_job, relay_job, restore_job
 from relay.pipelines.restore.driver import RestoreOptions
 from relay.pipelines.restore.translate import carry_groups
 from relay.store import ChainLink, plan_chain
@@ -65,17 +67,17 @@ def config(
 
 
 def backup(conf: Path, stop_at_end: bool = True) -> RunSummary:
-    runner = Backup(load_config(conf), stop_at_end=stop_at_end, stop_event=threading.Event(),
+    runner = backup_job(load_config(conf), stop_at_end=stop_at_end, stop_event=threading.Event(),
                     metrics=Metrics())  # fmt: skip
     with runner:
         runner.prepare()
         return runner.run()
 
 
-def restore(conf: Path, **options: Any) -> tuple[RunSummary, Restore]:
-    runner = Restore(load_config(conf), stop_at_end=not options.get("follow", False),
-                     stop_event=threading.Event(), metrics=Metrics(),
-                     options=RestoreOptions(**options))  # fmt: skip
+def restore(conf: Path, **options: Any) -> tuple[RunSummary, Runner]:
+    runner = restore_job(load_config(conf), stop_at_end=not options.get("follow", False),
+                         stop_event=threading.Event(), metrics=Metrics(),
+                         options=RestoreOptions(**options))  # fmt: skip
     with runner:
         runner.prepare()
         return runner.run(), runner
@@ -194,7 +196,7 @@ def test_s3_store_backup_compaction_and_restore(
 
     assert backup(conf).relayed == 450
     cfg = load_config(conf, needs=frozenset({"store"}))
-    merged = compact(cfg, spark, CompactOptions(level=0, min_age=0.0, delete=True))
+    merged = run_on(CompactPipeline(cfg, CompactOptions(level=0, min_age=0.0, delete=True)), spark)
     summary, _ = restore(conf, create_topics=True)
 
     assert (merged.merged, merged.inputs, merged.deleted) == (3, 6, 6)  # 2 segments each -> 1
@@ -214,7 +216,7 @@ def test_relay_after_restore_continues_without_gap_or_duplicate(
     restore(conf, create_topics=True)
     produce(source_broker.bootstrap, src, records(150, 3, first=300))
 
-    relay = Relay(load_config(conf), stop_at_end=True, stop_event=threading.Event(),
+    relay = relay_job(load_config(conf), stop_at_end=True, stop_event=threading.Event(),
                   metrics=Metrics())  # fmt: skip
     relay.prepare()
     summary = relay.run()
@@ -278,7 +280,7 @@ def test_an_idle_partitions_segment_closes_on_its_age(
                   store_keys='max_segment_age = "1s"')  # fmt: skip
     produce(source_broker.bootstrap, src, records(30, 3))
     stop = threading.Event()
-    runner = Backup(load_config(conf), stop_at_end=False, stop_event=stop, metrics=Metrics())
+    runner = backup_job(load_config(conf), stop_at_end=False, stop_event=stop, metrics=Metrics())
     segments: list[Path] = []
 
     def watch() -> None:
@@ -307,13 +309,13 @@ def test_compaction_merges_verifies_and_survives_a_crash_between_write_and_delet
 
     # Without --delete: merged segments and their inputs side by side, as after a crash
     # between writing the merged segment and deleting the inputs.
-    kept = compact(cfg, spark, CompactOptions(level=0, min_age=0.0, delete=False))
+    kept = run_on(CompactPipeline(cfg, CompactOptions(level=0, min_age=0.0, delete=False)), spark)
     assert kept.merged == 3 and kept.inputs == small and kept.deleted == 0
     summary, _ = restore(conf, create_topics=True)
     assert summary.relayed == 900  # nothing replayed twice
     assert_same(read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst))
 
-    cleaned = compact(cfg, spark, CompactOptions(level=0, min_age=0.0, delete=True))
+    cleaned = run_on(CompactPipeline(cfg, CompactOptions(level=0, min_age=0.0, delete=True)), spark)
     assert cleaned.deleted == small  # the leftovers, checked against their merged segment
     assert len(list((tmp_path / "store").rglob("*.parquet"))) == 3
     assert {p.parent.name for p in (tmp_path / "store").rglob("*.parquet")} == {"1"}
@@ -337,7 +339,7 @@ def test_follow_mode_waits_for_a_late_segment(
     follow_conf.write_text(text + 'follow_interval = "300ms"\nlate_segment_timeout = "1m"\n')
     stop = threading.Event()
     options = RestoreOptions(follow=True, create_topics=True)
-    runner = Restore(
+    runner = restore_job(
         load_config(follow_conf), stop_at_end=False, stop_event=stop, metrics=Metrics(),
         options=options,
     )  # fmt: skip

@@ -28,9 +28,10 @@ from typing import Any
 import pytest
 
 from relay.config import load_config
+from relay.engine.driver.runner import Runner
 from relay.engine.metrics import Metrics
 from relay.filters import FilterSpec, specs_from_config, validate_filters
-from relay.pipelines.jobs import Relay, RunSummary
+from relay.pipelines.jobs import RunSummary, relay_job
 from tests.support.kafka import (
     NO_KILL_REASON,
     Record,
@@ -103,8 +104,8 @@ def filter_specs(config: Path) -> tuple[FilterSpec, ...]:
     return specs
 
 
-def new_relay(config: Path, stop_at_end: bool, failover: bool = False) -> Relay:
-    return Relay(
+def new_relay(config: Path, stop_at_end: bool, failover: bool = False) -> Runner:
+    return relay_job(
         load_config(config),
         stop_at_end=stop_at_end,
         stop_event=threading.Event(),
@@ -125,7 +126,7 @@ def relay_once(config: Path) -> tuple[RunSummary, Metrics]:
     return summary, relay.metrics
 
 
-def run_alongside(relay: Relay, script: Callable[[], None]) -> None:
+def run_alongside(relay: Runner, script: Callable[[], None]) -> None:
     """Run a continuous relay in this thread while ``script`` (feeding, killing, waiting) runs
     on another; the relay stops when the script returns. Re-raises the script's failure.
 
@@ -170,7 +171,7 @@ def metric(metrics: Metrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
-def rounds_run(relay: Relay) -> int:
+def rounds_run(relay: Runner) -> int:
     return int(metric(relay.metrics, "ktm_round_duration_seconds_count") or 0)
 
 
@@ -677,7 +678,7 @@ def test_filter_is_loaded_once_per_worker_process_never_per_round(
     for run in range(3):  # three runs on the same workers, each with rounds of 2 tasks
         records = [Record(value=b"v%d-%d" % (run, i), partition=i % 2) for i in range(40)]
         produce(source_broker.bootstrap, src, records)
-        relay = Relay(
+        relay = relay_job(
             cfg, stop_at_end=True, stop_event=threading.Event(), metrics=Metrics(), filters=specs
         )
         relay.prepare()

@@ -1,6 +1,6 @@
 """The single-mode relay in-process (Relay + the shared local SparkSession), on real brokers.
 
-Each test writes a config, runs ``Relay.prepare()`` and ``Relay.run()`` with stop-at-end, and
+Each test writes a config, runs the relay job's ``prepare()`` and ``run()`` with stop-at-end, and
 checks the destination with kafka-python only: same records, same order, same partitions, the
 provenance header, the committed group offsets, and where the run stops.
 """
@@ -14,7 +14,7 @@ from kafka import KafkaProducer
 
 from relay.config import load_config
 from relay.engine.metrics import Metrics
-from relay.pipelines.jobs import Relay
+from relay.pipelines.jobs import relay_job
 from tests.support.inprocess import produced_metric, relay_once
 from tests.support.kafka import Record, TansuBroker, create_topic, produce, read_all, unique_topic
 from tests.support.relay import (
@@ -189,7 +189,7 @@ def test_stops_at_the_end_seen_at_start_and_a_second_run_relays_only_the_rest(
         target=target_broker.bootstrap,
         topics={src: dst},
     )
-    relay = Relay(
+    relay = relay_job(
         load_config(config), stop_at_end=True, stop_event=threading.Event(), metrics=Metrics()
     )
     relay.prepare()

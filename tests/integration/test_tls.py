@@ -28,7 +28,7 @@ from kafka.errors import KafkaError
 
 from relay.config import load_config
 from relay.engine.metrics import Metrics
-from relay.pipelines.jobs import Relay, RunSummary
+from relay.pipelines.jobs import RunSummary, relay_job
 from tests.support.kafka import (
     Record,
     TansuBroker,
@@ -263,7 +263,7 @@ def write_config(path: Path, *, source: str, target: str, topic: str, dest: str)
 
 def relay_once(config: Path) -> RunSummary:
     """One in-process stop-at-end run on the shared SparkSession (like test_relay_single)."""
-    relay = Relay(
+    relay = relay_job(
         load_config(config), stop_at_end=True, stop_event=threading.Event(), metrics=Metrics()
     )
     try:

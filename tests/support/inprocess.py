@@ -8,13 +8,13 @@ from pathlib import Path
 
 from relay.config import load_config
 from relay.engine.metrics import Metrics
-from relay.pipelines.jobs import Relay, RunSummary
+from relay.pipelines.jobs import RunSummary, relay_job
 
 
 def relay_once(config: Path) -> tuple[RunSummary, Metrics]:
     """One stop-at-end run, wired like the CLI does (without signal handlers and metrics server)."""
     metrics = Metrics()
-    relay = Relay(
+    relay = relay_job(
         load_config(config), stop_at_end=True, stop_event=threading.Event(), metrics=metrics
     )
     try:
@@ -41,7 +41,7 @@ class Background:
     def __init__(self, config: Path, stop_at_end: bool = False, failover: bool = True):
         self.metrics = Metrics()
         self.stop = threading.Event()
-        self.relay = Relay(
+        self.relay = relay_job(
             load_config(config),
             stop_at_end=stop_at_end,
             stop_event=self.stop,

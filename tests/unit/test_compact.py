@@ -9,7 +9,7 @@ import pytest
 
 from relay.config import StoreConfig
 from relay.pipelines.compact import executor as compact
-from relay.spec import CompactTask
+from relay.pipelines.compact.spec import CompactTask
 from relay.store import SegmentBuffer
 from relay.store.configured import cached_store
 

@@ -1,4 +1,4 @@
-"""Partitions found while running (relay.pipelines.mirror.driver) behind the seams: where each
+"""Partitions found while running (relay.pipelines.relay.driver) behind the seams: where each
 starts, and what `start = "end"` remembers on the source."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from relay.config import (
     TopicRoute,
 )
 from relay.engine.metrics import Metrics
-from relay.pipelines.mirror import driver
-from relay.pipelines.mirror.driver import RelayPipeline
+from relay.pipelines.relay import driver
+from relay.pipelines.relay.driver import RelayPipeline
 from relay.resume import ResumePoint, SourceOffsets
 from relay.spec import PartitionRoute
 

@@ -1,4 +1,4 @@
-"""The group sync's rules (relay.pipelines.mirror.group_sync) behind the admin seam: exact
+"""The group sync's rules (relay.pipelines.relay.group_sync) behind the admin seam: exact
 translation, waiting for the relay, filtered records, fan-in, never backwards, hands off groups
 with members on the target."""
 
@@ -19,8 +19,8 @@ from relay.config import (
     TopicRoute,
 )
 from relay.engine.metrics import Metrics
-from relay.pipelines.mirror import group_sync
-from relay.pipelines.mirror.group_sync import GroupSync
+from relay.pipelines.relay import group_sync
+from relay.pipelines.relay.group_sync import GroupSync
 from relay.spec import PartitionRoute
 
 SOURCE, TARGET = ClusterConfig("src", ("s:1",)), ClusterConfig("target", ("t:1",))

@@ -7,7 +7,7 @@ membership); the engine answers each round with the results a test scripts.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from relay.config import (
 )
 from relay.engine.driver.runner import Runner
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Plan
+from relay.engine.pipeline import Pipeline, Plan
 from relay.errors import RelayError
 from relay.spec import (
     ChannelAddress,
@@ -122,7 +122,9 @@ class FakeBackend:
 
 
 @dataclass
-class FakePipeline:
+class FakePipeline(Pipeline):
+    """A pipeline without Kafka: the capabilities it does not fake are Pipeline's defaults."""
+
     stops: dict[tuple[str, int], int] | None
     at_destination: dict[tuple[str, int], int] = field(default_factory=dict)
     kind: str = "relay"
@@ -142,33 +144,15 @@ class FakePipeline:
     def plan(self, stop_at_end: bool, on_routes: Any) -> Plan:
         return Plan(list(ROUTES), dict.fromkeys(KEYS, 0), dict.fromkeys(KEYS, 100), self.stops)
 
-    def where(self, routes: list[PartitionRoute]) -> dict[tuple[str, int], int]:
+    def where(self, routes: Sequence[PartitionRoute]) -> dict[tuple[str, int], int]:
         self.where_calls.append([r.key for r in routes])
         return {r.key: self.at_destination[r.key] for r in routes if r.key in self.at_destination}
 
-    def task(self, round_id: int, task_id: int, works: Any, channel: Any, rates: Any) -> Spec:
+    def task(self, round_id: int, task_id: int, works: Any, channel: Any, rates: Any) -> Any:
         return Spec(round_id, task_id, works)
-
-    def adopt(self, routes: Any) -> None:
-        pass
-
-    def fail_over(self, nexts: Any, urgent: bool) -> bool:
-        return False
-
-    def wants_switch(self, nexts: Any) -> bool:
-        return False
 
     def active_source(self) -> str:
         return "c"
-
-    def views(self) -> list[Any]:
-        return []
-
-    def tick(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class FakeMembership:
@@ -220,7 +204,7 @@ def runner(
     owned: list[tuple[str, int]] = KEYS,
 ) -> tuple[Runner, FakeEngine]:
     engine = FakeEngine(respond)
-    run = Runner(config(), pipeline, stop_at_end=pipeline.stops is not None,  # type: ignore[arg-type]
+    run = Runner(config(), pipeline, stop_at_end=pipeline.stops is not None,
                  stop_event=threading.Event(), metrics=Metrics(),
                  backend=FakeBackend(engine))  # type: ignore[arg-type]  # fmt: skip
     run.membership = FakeMembership(owned)  # type: ignore[assignment]

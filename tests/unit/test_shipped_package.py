@@ -38,7 +38,7 @@ def test_the_archive_holds_the_whole_package_under_its_name(tmp_path):
     }
     assert names == expected
     assert "relay/engine/executor/task.py" in names
-    assert "relay/pipelines/mirror/executor.py" in names
+    assert "relay/pipelines/relay/executor.py" in names
 
 
 def test_the_archive_alone_imports_as_ktm(tmp_path):
@@ -78,7 +78,7 @@ def test_an_incomplete_package_is_refused_naming_the_missing_file(tmp_path):
 @pytest.mark.parametrize(
     ("modules", "allowed"),
     [
-        (["relay.engine.spark", "relay.pipelines.mirror.executor"], WORKER_NEEDS),
+        (["relay.engine.spark", "relay.pipelines.relay.executor"], WORKER_NEEDS),
         (
             [
                 "relay.engine.spark",

@@ -14,7 +14,8 @@ from relay.engine.executor.task import GroupRun
 from relay.filters import FilterSpec
 from relay.pipelines.backup.executor import SegmentWriter
 from relay.pipelines.kafka_target import KafkaWriter
-from relay.spec import ChannelAddress, GroupTask, PartitionRoute, PartitionWork
+from relay.pipelines.relay.spec import RelayTask
+from relay.spec import ChannelAddress, PartitionRoute, PartitionWork
 from relay.store import ChainLink, open_store, plan_chain
 from tests.support.batches import control_batch, make_batch, recs
 
@@ -116,7 +117,7 @@ class FakeProducer:
 
 
 class Sides:
-    def __init__(self, task: GroupTask, reader: FakeReader, make_writer: Any):
+    def __init__(self, task: RelayTask, reader: FakeReader, make_writer: Any):
         self.task, self._reader, self.make_writer = task, reader, make_writer
         self.flushes, self.abandoned = 0, False
 
@@ -146,13 +147,14 @@ ROUTES = [PartitionRoute("t", 0, "t2", 0), PartitionRoute("t", 1, "t2", 1)]
 CLUSTER = ClusterConfig("src", ("h:1",))
 
 
-def task(stops: tuple[int | None, int | None], filters: tuple[FilterSpec, ...] = ()) -> GroupTask:
+def task(stops: tuple[int | None, int | None], filters: tuple[FilterSpec, ...] = ()) -> RelayTask:
     works = tuple(PartitionWork(r, 0, stop) for r, stop in zip(ROUTES, stops, strict=True))
-    return GroupTask(1, 0, CLUSTER, TargetConfig(CLUSTER), works, "g",
-                     ChannelAddress("h", 1, "t"), 0.0, filters)  # fmt: skip
+    return RelayTask(round_id=1, task_id=0, source=CLUSTER, target=TargetConfig(CLUSTER),
+                     partitions=works, group_id="g", channel=ChannelAddress("h", 1, "t"),
+                     report_interval=0.0, filters=filters)  # fmt: skip
 
 
-def kafka_run(spec: GroupTask, reader: FakeReader, producer: FakeProducer, channel: Any) -> Any:
+def kafka_run(spec: RelayTask, reader: FakeReader, producer: FakeProducer, channel: Any) -> Any:
     def writer(work: PartitionWork, latencies: list[float]) -> KafkaWriter:
         origin = Origin("src", "t", work.route.partition)
         return KafkaWriter(producer, work.route, origin, latencies)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Destination topics (relay.pipelines.mirror.topics) behind the admin seam: created with the
+"""Destination topics (relay.pipelines.relay.topics) behind the admin seam: created with the
 source's partitions and copied configs, grown, and what happens where a broker lacks the call
 (Tansu has no CreatePartitions and describes no configs: the real brokers cannot show it)."""
 
@@ -22,8 +22,8 @@ from relay.config import (
 )
 from relay.engine.metrics import Metrics
 from relay.errors import KafkaSetupError
-from relay.pipelines.mirror import topics as topics_module
-from relay.pipelines.mirror.topics import Topics
+from relay.pipelines.relay import topics as topics_module
+from relay.pipelines.relay.topics import Topics
 
 SOURCE = ClusterConfig("src", ("s:1",))
 

@@ -22,6 +22,7 @@ from relay.config import Config
 from relay.engine.channel import ControlServer, Report
 from relay.engine.driver.backend import SparkBackend
 from relay.engine.driver.groups import Groups, Load, group_index, plan_groups
+from relay.engine.driver.limits import Shares
 from relay.engine.driver.membership import Membership
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.engine.driver.rounds import TICK, Round, raise_for
@@ -31,7 +32,7 @@ from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.engine.spark import Engine
 from relay.errors import RelayError
-from relay.spec import GroupResult, PartitionRoute, PartitionWork, Rates, SourcePartition
+from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Runner:
         self.cfg, self.pipeline = cfg, pipeline
         self.stop_at_end, self.stop_event, self.metrics = stop_at_end, stop_event, metrics
         self.status = Status(metrics, cfg.app.stuck_after)
+        pipeline.bind(self.status)
         # Leases last a quarter of the group session (relay.engine.driver.membership); renewed 4
         # times as often. (Tests pass a backend of their own: the driver's logic without Spark.)
         self.backend = backend or SparkBackend(
@@ -78,7 +80,7 @@ class Runner:
         self._generation: int | None = None
         self._groups: dict[SourcePartition, int] = {}
         self._source_trouble = False
-        self._owned_count = 0  # partitions this process owns, for its share of [limits]
+        self.shares = Shares(cfg.limits, metrics)  # this process's share of [limits]
         self._unsure = False  # tasks lost their lease: where their partitions stand is unknown
         self._gap_from: float | None = None
         self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
@@ -115,7 +117,7 @@ class Runner:
         self.stop_offsets = plan.stops or {}
         self.status.active_node = self.pipeline.active_source()
         self.status.start(plan.routes, plan.next_offsets, plan.ends, plan.stops)
-        self._publish_limits(len(plan.routes))  # all of them, until the group says otherwise
+        self.shares.own(len(plan.routes), len(plan.routes))  # all, until the group says else
 
     def _begin(self, routes: list[PartitionRoute]) -> None:
         self.backend.begin(self._slots_for(routes))
@@ -201,7 +203,7 @@ class Runner:
             self._resync(owned, "taken over")
             self._generation = assignment.generation
             self.status.set_owned(assignment.keys, assignment.members)
-            self._publish_limits(len(assignment.keys))
+            self.shares.own(len(assignment.keys), len(self.routes))
         return assignment.keys
 
     def _round_once(self, todo: list[PartitionRoute], attempt: int) -> None:
@@ -237,7 +239,7 @@ class Runner:
                 if assignment is None or assignment.generation != generation:
                     return None
             groups = self._plan(todo, engine.slots)
-            share = self._rates(self._owned_count, len(groups))
+            share = self.shares.of_task(len(groups))
             self._round_id += 1
             round_id = self._round_id
             nexts = self.status.next_offsets()
@@ -258,20 +260,6 @@ class Runner:
             )
             self.backend.used = True
         return self._round
-
-    def _publish_limits(self, owned: int) -> None:
-        self._owned_count = owned
-        rates = self._rates(owned)
-        self.metrics.limit.labels("records").set(rates.records_per_second)
-        self.metrics.limit.labels("bytes").set(rates.bytes_per_second)
-
-    def _rates(self, owned: int, tasks: int = 1) -> Rates:
-        """`[limits]` for one of `tasks` tasks of this process: the group's rates times the
-        share of the config's partitions this process owns (the members' shares sum to the
-        limit), split evenly between the tasks (their groups are balanced by expected work)."""
-        limits = self.cfg.limits
-        share = owned / max(1, len(self.routes)) / max(1, tasks)
-        return Rates(limits.records_per_second * share, limits.bytes_per_second * share)
 
     def _works(
         self,

@@ -21,16 +21,10 @@ from relay.config import Config
 from relay.engine.pipeline import REPORT_INTERVAL, Plan
 from relay.errors import KafkaSetupError
 from relay.pipelines.backup.executor import BackupSides
+from relay.pipelines.backup.spec import BackupTask
 from relay.pipelines.sources import FromSources
 from relay.resume import Delivered, source_offsets
-from relay.spec import (
-    BackupTask,
-    ChannelAddress,
-    PartitionRoute,
-    PartitionWork,
-    Rates,
-    SourcePartition,
-)
+from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, Rates, SourcePartition
 from relay.store import group_snapshot_path
 from relay.store.configured import store_of
 

@@ -12,7 +12,8 @@ from relay.clients.consumer import GroupReader
 from relay.config import StoreConfig
 from relay.engine.executor.failures import SourceFailure, TargetFailure
 from relay.engine.executor.sides import evict_reader, moved_forward, source_reader
-from relay.spec import BackupTask, PartitionRoute, PartitionWork
+from relay.pipelines.backup.spec import BackupTask
+from relay.spec import PartitionRoute, PartitionWork
 from relay.store import SegmentBuffer, SegmentStore
 from relay.store.configured import cached_store
 

@@ -15,7 +15,7 @@ import time
 from array import array
 from collections.abc import Iterator
 
-from relay.spec import CompactResult, CompactTask
+from relay.pipelines.compact.spec import CompactResult, CompactTask
 from relay.store import ChainLink, SegmentBuffer, SegmentMeta, SegmentStore, merged_meta, plan_chain
 from relay.store.chain import compaction_plan
 from relay.store.configured import cached_store

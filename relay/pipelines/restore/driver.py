@@ -11,7 +11,6 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from relay.clients import admin
 from relay.clients.settings import describe
@@ -20,19 +19,12 @@ from relay.engine.driver.plan import plan_routes
 from relay.engine.driver.setup import Startup
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import REPORT_INTERVAL, Plan
+from relay.engine.pipeline import REPORT_INTERVAL, Pipeline, Plan
 from relay.errors import KafkaSetupError, StoppedWhileWaiting
 from relay.pipelines.restore.executor import RestoreSides
+from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT, RestoreTask
 from relay.resume import destination_next_offsets
-from relay.spec import (
-    FROM_FIRST_SEGMENT,
-    ChannelAddress,
-    PartitionRoute,
-    PartitionWork,
-    Rates,
-    RestoreTask,
-    SourcePartition,
-)
+from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, Rates, SourcePartition
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
 
@@ -47,7 +39,7 @@ class RestoreOptions:
     create_topics: bool = False
 
 
-class RestorePipeline:
+class RestorePipeline(Pipeline):
     kind = "restore"
     sides = RestoreSides
 
@@ -64,6 +56,9 @@ class RestorePipeline:
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
         self.status: Status | None = None
+
+    def bind(self, status: Status) -> None:
+        self.status = status  # shows what start-up waits for (--follow)
 
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
@@ -196,27 +191,6 @@ class RestorePipeline:
             until_time=self.options.until_time,
             rates=rates,
         )
-
-    def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:
-        return False
-
-    def wants_switch(self, nexts: dict[SourcePartition, int]) -> bool:
-        return False
-
-    def views(self) -> list[Any]:
-        return []
-
-    def has_changes(self) -> bool:
-        return False
-
-    def changes(self) -> Plan | None:
-        return None
-
-    def tick(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _known(ends: dict[SourcePartition, int]) -> dict[SourcePartition, int]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from relay.batches import Origin, codecs
 from relay.pipelines.kafka_target import KafkaTarget, KafkaWriter
+from relay.pipelines.restore.spec import RestoreTask
 from relay.pipelines.restore.store_reader import StoreReader
-from relay.spec import PartitionWork, RestoreTask
+from relay.spec import PartitionWork
 from relay.store.configured import cached_store
 
 

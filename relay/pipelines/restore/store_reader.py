@@ -19,7 +19,7 @@ from typing import Any
 
 from relay.config import StoreConfig
 from relay.errors import KtmError
-from relay.spec import FROM_FIRST_SEGMENT
+from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT
 from relay.store import ChainError, ChainLink, SegmentMeta, SegmentStore, StoredRecord, plan_chain
 
 TP = tuple[str, int]

@@ -2,8 +2,8 @@
 
 Besides the records it keeps up with the source while running: new topics matched by
 `[discover]` and partitions added to a source topic are found every `[discover].interval`
-(relay.pipelines.mirror.topics) and handed to the runner between rounds (`changes`), and the
-consumer groups of `[groups]` are carried over (relay.pipelines.mirror.group_sync).
+(relay.pipelines.relay.topics) and handed to the runner between rounds (`changes`), and the
+consumer groups of `[groups]` are carried over (relay.pipelines.relay.group_sync).
 """
 
 from __future__ import annotations
@@ -18,19 +18,13 @@ from relay.config import Config
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import REPORT_INTERVAL, Plan
-from relay.pipelines.mirror.executor import RelaySides
-from relay.pipelines.mirror.group_sync import GroupResult, GroupSync
-from relay.pipelines.mirror.topics import TopicPlan, Topics
+from relay.pipelines.relay.executor import RelaySides
+from relay.pipelines.relay.group_sync import GroupResult, GroupSync
+from relay.pipelines.relay.spec import RelayTask
+from relay.pipelines.relay.topics import TopicPlan, Topics
 from relay.pipelines.sources import FromSources
 from relay.resume import Delivered, delivered, destination_next_offsets
-from relay.spec import (
-    ChannelAddress,
-    GroupTask,
-    PartitionRoute,
-    PartitionWork,
-    Rates,
-    SourcePartition,
-)
+from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, Rates, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +43,7 @@ class RelayPipeline(FromSources):
         self.routes: list[PartitionRoute] = []
         self.target = cfg.need_target()  # with batch_size fitted to the destination at plan
         self.metrics, self.dry_run = metrics, dry_run
-        self.status: Status | None = None  # the runner's (set by relay.pipelines.jobs)
+        self.status: Status | None = None  # the runner's (Pipeline.bind)
         self.topics = Topics(cfg, lambda: self.pool.active, self.startup.call, metrics,
                              self.timeout, self.pool.topic_counts)  # fmt: skip
         self.topic_plan: TopicPlan | None = None
@@ -61,6 +55,9 @@ class RelayPipeline(FromSources):
         self._discovery = threading.Thread(target=self._discover, name="ktm-discovery",
                                            daemon=True)  # fmt: skip
         self._follow = False  # look for new topics and partitions (not with --stop-at-end)
+
+    def bind(self, status: Status) -> None:
+        self.status = status  # the group sync reads the acknowledged offsets
 
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
@@ -104,8 +101,8 @@ class RelayPipeline(FromSources):
         works: tuple[PartitionWork, ...],
         channel: ChannelAddress,
         rates: Rates,
-    ) -> GroupTask:
-        return GroupTask(
+    ) -> RelayTask:
+        return RelayTask(
             round_id=round_id,
             task_id=task_id,
             source=self.pool.active,

@@ -7,7 +7,8 @@ from relay.batches import Origin, codecs
 from relay.clients.consumer import GroupReader
 from relay.engine.executor.sides import evict_reader, source_reader
 from relay.pipelines.kafka_target import KafkaTarget, KafkaWriter
-from relay.spec import GroupTask, PartitionWork
+from relay.pipelines.relay.spec import RelayTask
+from relay.spec import PartitionWork
 
 
 class RelaySides(KafkaTarget):
@@ -15,7 +16,7 @@ class RelaySides(KafkaTarget):
     decoded from the batches), unless kafka-python's internals are not the ones the batch path
     uses: then records are read, filtered and written one by one (the record path)."""
 
-    def __init__(self, task: GroupTask):
+    def __init__(self, task: RelayTask):
         super().__init__(task.target, task.partitions)
         self.task = task
 

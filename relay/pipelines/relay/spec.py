@@ -1,0 +1,18 @@
+"""What a relay task is given: where to read (a source node) and write (the target)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relay.config import ClusterConfig, FetchConfig, TargetConfig
+from relay.spec import TaskSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class RelayTask(TaskSpec):
+    """A group of source partitions to relay to the target."""
+
+    source: ClusterConfig
+    target: TargetConfig
+    group_id: str  # the source consumer group offsets are committed to
+    fetch: FetchConfig = FetchConfig()
