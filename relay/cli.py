@@ -194,5 +194,23 @@ def compact_command(level: int, min_age: float, delete: bool, **flags: Any) -> N
     sys.exit(run_guarded(opts.debug, lambda: compact(opts, options)))
 
 
+@main.command("verify")
+@_options("config", "mode", "filter", "master")
+@click.option("--partitions", "partitions", multiple=True, metavar="TOPIC[:N,M]",
+              help="Only these source partitions (repeatable): topic, or topic:0,1.")  # fmt: skip
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Write every partition's result to this JSON file.")  # fmt: skip
+def verify_command(partitions: tuple[str, ...], report_path: str | None, **flags: Any) -> None:
+    """Prove the relay's destination exact, record by record (exit 0 exact, 1 differs, 2 could
+    not verify). Reads both clusters, writes nothing."""
+    from pathlib import Path
+
+    from relay.commands.verify import verify
+
+    opts = _opts(flags)
+    path = Path(report_path) if report_path else None
+    sys.exit(run_guarded(opts.debug, lambda: verify(opts, partitions, path)))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

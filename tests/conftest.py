@@ -1,4 +1,4 @@
-"""Shared fixtures: real brokers (tests/support/kafka.py), S3, Spark, the ``integration`` marker."""
+"""Shared fixtures: real brokers (testbed/tansu.py), S3, Spark, the ``integration`` marker."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.kafka import Broker, new_broker
+from testbed.tansu import Broker, new_broker
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 RELEASE_DIR = Path(__file__).parent / "release"
@@ -58,10 +58,10 @@ def module_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerF
 
 @pytest.fixture
 def far_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
-    """``far_brokers(name, delay=0.12)`` starts a broker behind a `tests.support.link.Link`
+    """``far_brokers(name, delay=0.12)`` starts a broker behind a `testbed.link.Link`
     (one-way delay in seconds); all stop at teardown. Needs brokers the tests start."""
-    from tests.support.kafka import brokers_are_external
-    from tests.support.link import FarBroker
+    from testbed.link import FarBroker
+    from testbed.tansu import brokers_are_external
 
     if brokers_are_external():
         pytest.skip("a link needs a broker that advertises the link's address (KTM_TEST_KAFKA)")
@@ -93,7 +93,7 @@ def target_broker(module_brokers: BrokerFactory) -> Broker:
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real S3 server for the whole run (SeaweedFS, or KTM_TEST_S3); tests use their own
     prefixes or buckets."""
-    from tests.support.seaweed import new_s3
+    from testbed.seaweed import new_s3
 
     server = new_s3(log_dir=tmp_path_factory.mktemp("seaweed"))
     try:

@@ -263,7 +263,8 @@ def topic_configs(
     """Every config the cluster describes for each topic (DescribeConfigs, defaults included),
     or with `set_only` those set on the topic itself (not defaults, not the broker's: what a
     copy of the topic takes over); {} for a topic it describes nothing of. Asks for all config
-    names: naming one makes Tansu drop the connection (TANSU.md: it answers with nothing)."""
+    names: naming one makes Tansu (the test broker) drop the connection, and every broker
+    answers "all" the same."""
     resources = [ConfigResource("TOPIC", topic) for topic in sorted(set(topics))]
     if not resources:
         return {}

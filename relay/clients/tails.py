@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from relay.batches import SourceBatch, split_batches
 from relay.clients import admin
-from relay.clients.batch_fetch import TP, BatchFetcher
+from relay.clients.batch_fetch import TP, BatchFetcher, Fetched
 from relay.clients.kept import kept
 from relay.config import ClusterConfig
 
@@ -40,26 +40,58 @@ def fetch_ranges(
         retry = False
         for key, fetched in answers.items():
             if fetched.error is not None:
-                if not getattr(fetched.error, "retriable", False):
-                    raise fetched.error
+                _retry_or_raise(fetched.error)
                 retry = True
                 continue
-            upper = ranges[key][1]
-            batches, _ = split_batches(fetched.data)
-            for batch in batches:
-                if batch.base_offset >= upper:
-                    position[key] = upper
-                    break
-                if batch.next_offset > position[key]:
-                    out[key].append(batch)
-                    position[key] = batch.next_offset
-            if not batches and position[key] >= fetched.high_watermark:
-                position[key] = upper  # nothing more to read (the end moved back)
-            if position[key] >= upper:
+            position[key] = _take(fetched, position[key], ranges[key][1], out[key])
+            if position[key] >= ranges[key][1]:
                 del position[key]
         if retry:
             time.sleep(RETRY_PAUSE)
     return out
+
+
+def stream_range(
+    fetcher: BatchFetcher, key: TP, lower: int, upper: int, timeout: float
+) -> Iterator[list[SourceBatch]]:
+    """The whole batches holding offsets in [lower, upper), one fetch's worth at a time: a
+    reader of a whole partition holds one fetch in memory, not the partition. `timeout`
+    bounds each fetch (its retries included), not the whole read."""
+    position = lower
+    while position < upper:
+        deadline = time.monotonic() + timeout
+        while True:
+            fetched = fetcher.fetch({key: position}, max(0.001, deadline - time.monotonic()))[key]
+            if fetched.error is None:
+                break
+            _retry_or_raise(fetched.error)
+            if time.monotonic() > deadline:
+                raise fetched.error
+            time.sleep(RETRY_PAUSE)
+        got: list[SourceBatch] = []
+        position = _take(fetched, position, upper, got)
+        if got:
+            yield got
+
+
+def _take(fetched: Fetched, position: int, upper: int, out: list[SourceBatch]) -> int:
+    """The batches of one answer from `position` on, below `upper`, into `out`; returns the
+    next position (`upper` once the range is read, or when the log ends before it)."""
+    batches, _ = split_batches(fetched.data)
+    for batch in batches:
+        if batch.base_offset >= upper:
+            return upper
+        if batch.next_offset > position:
+            out.append(batch)
+            position = batch.next_offset
+    if not batches and position >= fetched.high_watermark:
+        return upper  # nothing more to read (the end moved back)
+    return position
+
+
+def _retry_or_raise(error: BaseException) -> None:
+    if not getattr(error, "retriable", False):
+        raise error
 
 
 def fetch_range(

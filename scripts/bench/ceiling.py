@@ -19,7 +19,8 @@ import psutil
 from scripts.bench.contenders import has_confluent, unique
 from scripts.bench.data import FILLER
 from scripts.bench.wire import high_watermark
-from tests.support.kafka import TansuBroker, create_topic
+from testbed.tansu import TansuBroker
+from testbed.topics import create_topic
 
 RECORD_BYTES = 100
 PRODUCER = {"acks": "all", "linger.ms": 5, "batch.size": 1024 * 1024, "log_level": 3}

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scripts.bench.data import Brokers
 from scripts.bench.processes import Launched
-from tests.support.kafka import free_port
+from testbed.ports import free_port
 
 CONTENDERS = ("ktm", "naive", "confluent")
 LABELS = {"ktm": "ktm", "naive": "naive kafka-python loop", "confluent": "confluent-kafka loop"}

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.support.kafka import TansuBroker, create_topic
+from testbed.tansu import BrokerPair, TansuBroker
+from testbed.topics import create_topic
 
 PROVENANCE_HEADER = "ktm.src"  # relay.spec.PROVENANCE_HEADER: ktm adds it, the source lacks it
 FILLER = b"abcdefghijklmnopqrstuvwxyz" * 40
@@ -37,33 +38,12 @@ class Brokers(Protocol):
     def dst(self) -> str: ...
 
 
-class Cluster:
+class Cluster(BrokerPair[TansuBroker]):
     """One source and one destination Tansu broker, stopped on exit whatever happened."""
 
     def __init__(self, log_dir: Path):
-        self.source = TansuBroker("bench-source", log_dir=log_dir)
-        self.target = TansuBroker("bench-target", log_dir=log_dir)
-
-    def __enter__(self) -> Cluster:
-        try:
-            self.source.start()
-            self.target.start()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.source.stop()
-        self.target.stop()
-
-    @property
-    def src(self) -> str:
-        return self.source.bootstrap
-
-    @property
-    def dst(self) -> str:
-        return self.target.bootstrap
+        source = TansuBroker("bench-source", log_dir=log_dir)
+        super().__init__(source, TansuBroker("bench-target", log_dir=log_dir))
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:

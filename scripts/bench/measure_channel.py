@@ -25,7 +25,7 @@ from scripts.bench import report
 from scripts.bench.contenders import Bench, unique
 from scripts.bench.options import Options
 from scripts.bench.report import Table
-from tests.support.kafka import create_topic
+from testbed.topics import create_topic
 
 TASKS = 2
 PARTITIONS_PER_TASK = 24

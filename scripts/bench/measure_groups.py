@@ -32,7 +32,7 @@ from scripts.bench.data import dataset, topic_on
 from scripts.bench.measure_copy import run_timeout
 from scripts.bench.options import Options
 from scripts.bench.report import Table
-from tests.support.relay import attributed
+from testbed.provenance import attributed
 
 
 def groups(bench: Bench, opts: Options) -> Table:

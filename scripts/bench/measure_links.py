@@ -1,6 +1,6 @@
 """Relays across a long link: the source, or the target, 240 ms away (a US-Asia round trip).
 
-Both brokers of the section sit behind a delaying proxy (tests/support/link.py) on loopback; the
+Both brokers of the section sit behind a delaying proxy (testbed/link.py) on loopback; the
 data is produced and the copies are checked with the link at 0 ms, and only the contenders' runs
 cross it. Every contender copies the same backlog with the same yardstick as the steady section:
 the destination's end offsets sampled while it runs, the rate fitted between 20% and 80% of the
@@ -16,7 +16,8 @@ from scripts.bench.data import dataset
 from scripts.bench.measure_copy import STEADY_HEADERS, steady_notes, steady_once, steady_row
 from scripts.bench.options import Options
 from scripts.bench.report import Table
-from tests.support.link import FarBroker
+from testbed.link import FarBroker
+from testbed.tansu import BrokerPair
 
 ONE_WAY = 0.12  # seconds each way: a 240 ms round trip
 # The confluent loop flushes (and commits) once a second here: flushing every 500 records, as on
@@ -25,33 +26,12 @@ ONE_WAY = 0.12  # seconds each way: a 240 ms round trip
 LOOP_FLUSH_INTERVAL = 1.0
 
 
-class LinkedCluster:
+class LinkedCluster(BrokerPair[FarBroker]):
     """A source and a target broker, each behind its own link (0 ms until told otherwise)."""
 
     def __init__(self, log_dir: Path):
-        self.source = FarBroker("bench-far-source", log_dir=log_dir)
-        self.target = FarBroker("bench-far-target", log_dir=log_dir)
-
-    def __enter__(self) -> LinkedCluster:
-        try:
-            self.source.start()
-            self.target.start()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.source.stop()
-        self.target.stop()
-
-    @property
-    def src(self) -> str:
-        return self.source.bootstrap
-
-    @property
-    def dst(self) -> str:
-        return self.target.bootstrap
+        source = FarBroker("bench-far-source", log_dir=log_dir)
+        super().__init__(source, FarBroker("bench-far-target", log_dir=log_dir))
 
     def far(self, side: str, delay: float) -> None:
         (self.source if side == "source" else self.target).link.set_delay(delay)

@@ -25,7 +25,7 @@ from scripts.bench.machine import load_average
 from scripts.bench.options import Options
 from scripts.bench.processes import Finished
 from scripts.bench.report import Table
-from tests.support.kafka import create_topics
+from testbed.topics import create_topics
 
 PARTITIONS = 5  # per topic
 STALL_S = 60

@@ -273,7 +273,7 @@ def _name(proc: psutil.Process) -> str:
 
 def adopt(pid: int, name: str) -> None:
     """Have kill_all() SIGKILL ``pid`` (and its descendants) too: a server started by code that
-    is not ours (SeaweedFS in tests/support), normally stopped by that code; see disown()."""
+    is not ours (SeaweedFS in testbed/seaweed.py), normally stopped by that code; see disown()."""
     try:
         _ADOPTED[pid] = (name, psutil.Process(pid).create_time())
     except psutil.Error:

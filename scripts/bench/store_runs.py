@@ -23,8 +23,8 @@ import pyarrow.fs as pafs
 from scripts.bench.contenders import Bench, ktm_executable, settings_by_section, unique
 from scripts.bench.processes import Finished, Launched, adopt, disown, log_lines
 from scripts.bench.report import NA
-from tests.support.kafka import free_port
-from tests.support.seaweed import SeaweedS3, s3_filesystem
+from testbed.ports import free_port
+from testbed.seaweed import SeaweedS3, s3_filesystem
 
 CLUSTER = "bench-source"  # [[sources]] name in every bench config, and [store].cluster
 SESSION_TIMEOUT = '"2s"'  # [app]: joining the group waits half of it on Tansu
@@ -70,7 +70,7 @@ class Places:
             self.s3 = SeaweedS3(bucket="ktm-bench", log_dir=self.workdir)
             self._exit.callback(self._stop_s3)
             self.s3.start()
-            self._weed = _pid_of(self.s3)
+            self._weed = self.s3.pid or 0
             adopt(self._weed, "weed")
             print(f"  S3: SeaweedFS at {self.s3.endpoint}, bucket {self.s3.bucket}", flush=True)
         return self
@@ -97,12 +97,6 @@ class Places:
             f's3_secret_key = "{s3.secret_key}"',
         )
         return Place(kind, f"s3://{s3.bucket}/{name}", fs, f"{s3.bucket}/{name}", keys)
-
-
-def _pid_of(server: SeaweedS3) -> int:
-    """The weed process's pid (tests/support keeps its Popen private)."""
-    proc = getattr(server, "_proc", None)
-    return proc.pid if proc is not None else 0
 
 
 # ---- what a store holds ---------------------------------------------------------------------

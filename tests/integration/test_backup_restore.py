@@ -24,7 +24,8 @@ from relay.pipelines.restore.translate import carry_groups
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
 from relay.store.layout import temp_name
-from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
+from testbed.records import Record, produce, read_all, record_count
+from testbed.topics import create_topic, unique_topic
 from tests.support.relay import (
     committed_offsets,
     produce_null_record,
@@ -345,12 +346,12 @@ def test_follow_mode_waits_for_a_late_segment(
     )  # fmt: skip
 
     def land_late_then_stop() -> None:
-        wait(lambda: count(target_broker, dst) == 3 * 70, 60)
+        wait(lambda: record_count(target_broker.bootstrap, dst) == 3 * 70, 60)
         time.sleep(2)  # the hole is there: restore waits, writes nothing more
-        assert count(target_broker, dst) == 3 * 70
+        assert record_count(target_broker.bootstrap, dst) == 3 * 70
         for segment in late:
             place(segment, tmp_path / "store", followed)
-        wait(lambda: count(target_broker, dst) == 630, 60)
+        wait(lambda: record_count(target_broker.bootstrap, dst) == 630, 60)
         stop.set()
 
     thread = threading.Thread(target=land_late_then_stop, daemon=True)
@@ -369,13 +370,6 @@ def place(segment: Path, root: Path, into: Path) -> None:
     temp = final.with_name(".incoming-" + final.name)
     shutil.copy(segment, temp)
     temp.rename(final)
-
-
-def count(broker: Any, topic: str) -> int:
-    try:
-        return sum(len(rs) for rs in read_all(broker.bootstrap, topic).values())
-    except LookupError:
-        return 0
 
 
 def wait(condition: Any, timeout: float) -> None:

@@ -11,17 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from testbed.ktm_process import Ktm, assert_one_error_line, run_ktm, wait_for
+from testbed.ports import free_port
+from testbed.records import produce, read_all, record_count
+from testbed.tansu import NO_KILL_REASON, brokers_are_external
+from testbed.topics import create_topic, unique_topic
 from tests.integration.test_backup_restore import assert_same, config, records
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    brokers_are_external,
-    create_topic,
-    free_port,
-    produce,
-    read_all,
-    unique_topic,
-)
-from tests.support.ktm_process import Ktm, assert_one_error_line, run_ktm, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -74,20 +69,18 @@ def test_kill_9_mid_backup_and_mid_restore_then_restart_gives_every_record_once(
         conf.read_text().replace("[target]\n", '[target]\nbatch_size = 1024\nlinger = "0ms"\n')
     )
     with Ktm(tmp_path, "--config", str(slow), "--create-topics", command="restore") as first:
-        wait_for(lambda: count(target_broker, dst) >= 2_000, 120, "records restored", first)
+        wait_for(
+            lambda: record_count(target_broker.bootstrap, dst) >= 2_000,
+            120,
+            "records restored",
+            first,
+        )
         first.kill()
-    assert count(target_broker, dst) < 40_000, "the kill must come mid-way"
+    assert record_count(target_broker.bootstrap, dst) < 40_000, "the kill must come mid-way"
     last = run_ktm(tmp_path, "--config", str(conf), command="restore", timeout=200)
     assert last.returncode == 0, last.stderr
 
     assert_same(read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst))
-
-
-def count(broker, topic: str) -> int:
-    try:
-        return sum(len(rs) for rs in read_all(broker.bootstrap, topic).values())
-    except LookupError:
-        return 0
 
 
 def test_compact_and_check_on_the_command_line(source_broker, target_broker, tmp_path):

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.kafka import create_topic, free_port, topic_names, unique_topic
-from tests.support.ktm_process import assert_one_error_line, run_ktm
+from testbed.ktm_process import assert_one_error_line, run_ktm
+from testbed.ports import free_port
+from testbed.topics import create_topic, topic_names, unique_topic
 from tests.support.relay import topic_pair, write_config
 
 pytestmark = pytest.mark.timeout(120)

@@ -18,8 +18,9 @@ from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.batch_produce import BatchDelivery
 from relay.clients.producer import Producer
 from relay.config import ClusterConfig, TargetConfig
+from testbed.records import Record, produce, read_all
+from testbed.topics import create_topic, unique_topic
 from tests.conftest import BrokerFactory
-from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
 
 pytestmark = pytest.mark.timeout(120)
 

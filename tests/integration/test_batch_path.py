@@ -11,15 +11,11 @@ from kafka import KafkaProducer
 from relay.batches import split_batches
 from relay.clients.batch_fetch import BatchFetcher
 from relay.config import ClusterConfig
+from testbed.provenance import attributed
+from testbed.records import Record, produce, read_all
+from testbed.topics import unique_topic
 from tests.support.inprocess import relay_once
-from tests.support.kafka import Record, produce, read_all, unique_topic
-from tests.support.relay import (
-    assert_exact_copy,
-    attributed,
-    committed_offsets,
-    topic_pair,
-    write_config,
-)
+from tests.support.relay import assert_exact_copy, committed_offsets, topic_pair, write_config
 
 pytestmark = pytest.mark.timeout(150)
 

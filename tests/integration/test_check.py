@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
-from tests.support.ktm_process import Finished, assert_one_error_line
+from testbed.ktm_process import Finished, assert_one_error_line
+from testbed.records import Record, produce, read_all
+from testbed.topics import create_topic, unique_topic
 from tests.support.relay import topic_pair, write_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,8 +78,8 @@ def test_check_shows_what_patterns_match_what_would_be_created_and_the_groups_ca
     from kafka import KafkaConsumer, TopicPartition
     from kafka.structs import OffsetAndMetadata
 
+    from testbed.topics import describe_topic
     from tests.support.inprocess import relay_once
-    from tests.support.kafka import describe_topic
 
     src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "chk-g", 2)
     produce(source_broker.bootstrap, src, [Record(value=b"x", partition=i % 2) for i in range(30)])

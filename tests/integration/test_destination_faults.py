@@ -11,16 +11,11 @@ import time
 
 import pytest
 
+from testbed.ktm_process import Ktm, metric_total, wait_for
+from testbed.ports import free_port
+from testbed.records import Record, produce, read_all
+from testbed.tansu import NO_KILL_REASON, brokers_are_external
 from tests.support.feeder import Feeder
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    Record,
-    brokers_are_external,
-    free_port,
-    produce,
-    read_all,
-)
-from tests.support.ktm_process import Ktm, metric_total, wait_for
 from tests.support.relay import (
     FAST_GROUP,
     FAST_RETRIES,

@@ -1,17 +1,13 @@
 """Failover mode on real brokers: identical source nodes, kill -9, lag, empty comebacks.
 
 "Identical nodes" are separate Tansu brokers fed the same records in the same order per
-partition, as TANSU.md suggests, so their offsets match. The relay runs in-process on the shared
-SparkSession (in a thread, stopped with its stop event) or, where the exit code matters, as the
-real `ktm` command.
+partition, so their offsets match (two brokers sharing one storage would need S3; see "The test
+broker" in docs/development.md). The relay runs in-process on the shared SparkSession (in a
+thread, stopped with its stop event) or, where the exit code matters, as the real `ktm` command.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,18 +16,13 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient
 
+from testbed.ktm_process import ktm
+from testbed.provenance import attributed
+from testbed.records import Record, produce, read_all, record_count
+from testbed.tansu import NO_KILL_REASON, brokers_are_external
+from testbed.topics import create_topic, unique_topic, wait_until
 from tests.support.inprocess import Background
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    Record,
-    brokers_are_external,
-    create_topic,
-    produce,
-    read_all,
-    unique_topic,
-    wait_until,
-)
-from tests.support.relay import assert_exact_copy, attributed
+from tests.support.relay import assert_exact_copy
 
 pytestmark = [
     pytest.mark.timeout(150),
@@ -39,7 +30,6 @@ pytestmark = [
 ]
 
 PARTITIONS = 6  # more partitions than the 2 task slots of the shared local[2] Spark
-KTM = [sys.executable, "-c", "from relay.cli import main; main()"]
 
 
 def failover_config(
@@ -87,10 +77,6 @@ def feed(nodes: Sequence[Any], topic: str, batch: list[Record]) -> None:
         produce(node.bootstrap, topic, batch)
 
 
-def count(bootstrap: str, topic: str) -> int:
-    return sum(len(rs) for rs in read_all(bootstrap, topic, timeout=20).values())
-
-
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     wait_until(predicate, timeout, what, every=0.2)
 
@@ -113,7 +99,7 @@ def test_kill_9_of_the_active_node_mid_stream_loses_and_repeats_nothing(cluster,
         failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
     )
     try:
-        wait_for(lambda: count(target.bootstrap, dest) >= 2000, 60, "the first records")
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 2000, 60, "the first records")
         sent = 2000
         for chunk in range(8):  # the stream goes on; node1 dies in the middle of it
             alive = [node2] if chunk >= 3 else [node1, node2]
@@ -124,7 +110,7 @@ def test_kill_9_of_the_active_node_mid_stream_loses_and_repeats_nothing(cluster,
                 killed_at = time.monotonic()
             time.sleep(0.2)
         first_from_node2 = _wait_first_from(target.bootstrap, dest, "node2", 60)
-        wait_for(lambda: count(target.bootstrap, dest) >= sent, 60, "every record")
+        wait_for(lambda: record_count(target.bootstrap, dest) >= sent, 60, "every record")
     finally:
         relay.finish()
     assert relay.error is None, relay.error
@@ -141,11 +127,11 @@ def test_lagging_active_node_is_left_for_the_most_advanced_one(cluster, tmp_path
     config = failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
     relay = Background(config)
     try:
-        wait_for(lambda: count(target.bootstrap, dest) >= 1000, 60, "the first records")
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 1000, 60, "the first records")
         # node1 stops receiving: 200 behind per partition, over the threshold of 100
         feed([node2], topic, records(1000, 200 * PARTITIONS))
         wait_for(
-            lambda: count(target.bootstrap, dest) >= 1000 + 200 * PARTITIONS,
+            lambda: record_count(target.bootstrap, dest) >= 1000 + 200 * PARTITIONS,
             60,
             "the records only node2 has",
         )
@@ -163,14 +149,14 @@ def test_a_dead_node_that_comes_back_empty_is_never_used(cluster, tmp_path):
         failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
     )
     try:
-        wait_for(lambda: count(target.bootstrap, dest) >= 1000, 60, "the first records")
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 1000, 60, "the first records")
         node1.kill()
         wait_for(lambda: relay.active("node2") == 1, 30, "the switch to node2")
         node1.restart()  # a memory broker: it comes back with nothing
         create_topic(node1.bootstrap, topic, PARTITIONS)
         feed([node1], topic, records(0, 50, tag="reborn"))  # up, but far behind
         feed([node2], topic, records(1000, 400))
-        wait_for(lambda: count(target.bootstrap, dest) >= 1400, 60, "the new records")
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 1400, 60, "the new records")
         time.sleep(2)  # several health checks with node1 up and behind
     finally:
         relay.finish()
@@ -191,7 +177,7 @@ def test_a_node_restarted_empty_and_probed_by_a_running_relay_gets_no_topic(clus
         failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
     )
     try:
-        wait_for(lambda: count(target.bootstrap, dest) >= 600, 60, "the first records")
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 600, 60, "the first records")
         active, other = (node1, node2) if relay.active("node1") == 1 else (node2, node1)
         # A crash and an immediate restart: the relay's reader and probes of this node are
         # connected when it goes and reconnect to it empty (memory storage).
@@ -202,7 +188,9 @@ def test_a_node_restarted_empty_and_probed_by_a_running_relay_gets_no_topic(clus
             assert topics_on(active.bootstrap) == [], "ktm created a topic on the empty node"
             time.sleep(1.0)
         feed([other], topic, records(600, 60))
-        wait_for(lambda: count(target.bootstrap, dest) >= 660, 60, "records after the restart")
+        wait_for(
+            lambda: record_count(target.bootstrap, dest) >= 660, 60, "records after the restart"
+        )
     finally:
         relay.finish()
     assert relay.error is None, relay.error
@@ -227,7 +215,7 @@ def test_continuity_mismatch_stops_without_skipping(cluster, tmp_path):
         failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
     )
     try:
-        wait_for(lambda: count(target.bootstrap, dest) >= 200, 60, "node1's records")
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 200, 60, "node1's records")
         node1.kill()
         relay.thread.join(60)
     finally:
@@ -243,19 +231,11 @@ def test_stop_at_end_in_failover_mode_survives_the_active_node_dying(cluster, tm
     node1, node2, target, topic, dest = cluster
     feed([node1, node2], topic, records(0, 30_000))
     config = failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
-    proc = subprocess.Popen(
-        [*KTM, "relay", "--config", str(config), "--mode", "failover", "--stop-at-end"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: count(target.bootstrap, dest) >= 1000, 90, "the relay to start")
+    with ktm(tmp_path, "--config", str(config), "--mode", "failover", "--stop-at-end") as relay:
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 1000, 90, "the relay to start")
         node1.kill()
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        _kill_group(proc)
-    assert proc.returncode == 0, stderr.decode()
+        run = relay.wait(timeout=120)
+    assert run.returncode == 0, run.stderr
     assert_exact_copy(read_all(node2.bootstrap, topic), _all(target.bootstrap, dest), topic)
 
 
@@ -265,24 +245,16 @@ def test_all_nodes_down_exits_1_naming_the_nodes(cluster, tmp_path):
     config = failover_config(
         tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest, max_retries=2
     )
-    proc = subprocess.Popen(
-        [*KTM, "relay", "--config", str(config), "--mode", "failover"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: count(target.bootstrap, dest) >= 500, 90, "the relay to start")
+    with ktm(tmp_path, "--config", str(config), "--mode", "failover") as relay:
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 500, 90, "the relay to start")
         node1.kill()
         node2.kill()
-        _, stderr = proc.communicate(timeout=90)
-    finally:
-        _kill_group(proc)
-    text = stderr.decode()
-    errors = [line for line in text.splitlines() if line.startswith("ktm: error:")]
-    assert proc.returncode == 1, text
-    assert len(errors) == 1 and "node1" in errors[0] and "node2" in errors[0], text
-    assert "Traceback" not in text
+        run = relay.wait(timeout=90)
+    errors = run.error_lines()
+    assert run.returncode == 1, run.stderr
+    assert len(errors) == 1 and "node1" in errors[0] and "node2" in errors[0], run.stderr
+    assert errors[0].startswith("ktm: error: "), run.stderr
+    assert "Traceback" not in run.stderr
 
 
 def _per_partition_exact(copied: list[Any], per_partition: int) -> bool:
@@ -307,9 +279,3 @@ def _wait_first_from(bootstrap: str, topic: str, node: str, timeout: float) -> f
             return time.monotonic()
         time.sleep(0.1)
     raise AssertionError(f"no record from {node} within {timeout}s")
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)

@@ -4,24 +4,19 @@ The sample filters through `[filters.<id>]` sections, `--filter PATH`, resumptio
 tails, load-time errors (exit 2), run-time errors (stop or skip), where and how often filters are
 loaded, and filters in failover mode. Relays run in-process on the shared SparkSession, wired like
 relay/cli.py does; where the exit code or stderr matters, as the real `ktm` command. Checks use
-kafka-python only (tests/support/kafka.py and relay.py) and expectations computed here, never the
+kafka-python only (testbed and tests/support/relay.py) and expectations computed here, never the
 filter code itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,32 +25,22 @@ import pytest
 from relay.config import load_config
 from relay.engine.driver.runner import Runner
 from relay.engine.metrics import Metrics
-from relay.filters import FilterSpec, specs_from_config, validate_filters
-from relay.pipelines.jobs import RunSummary, relay_job
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    Record,
-    brokers_are_external,
-    create_topic,
-    free_port,
-    produce,
-    read_all,
-    unique_topic,
-)
-from tests.support.relay import (
-    assert_exact_copy,
-    attributed,
-    committed_offsets,
-    topic_pair,
-    write_config,
-)
+from relay.filters import load_filters
+from relay.pipelines.jobs import relay_job
+from testbed.ktm_process import assert_one_error_line, run_ktm
+from testbed.ports import free_port
+from testbed.provenance import attributed
+from testbed.records import Record, produce, read_all, record_count
+from testbed.tansu import NO_KILL_REASON, brokers_are_external
+from testbed.topics import create_topic, unique_topic
+from tests.support.inprocess import relay_once
+from tests.support.relay import assert_exact_copy, committed_offsets, topic_pair, write_config
 
 pytestmark = pytest.mark.timeout(150)
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "filters"
 FILES = Path(__file__).parent / "filter_files"
-KTM = [sys.executable, "-c", "from relay.cli import main; main()"]
 SOURCE_NAME = "dc1"
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 
@@ -97,33 +82,28 @@ def relay_config(
     return path
 
 
-def filter_specs(config: Path) -> tuple[FilterSpec, ...]:
-    """The specs relay/cli.py builds from the config and validates on the driver, before Spark."""
-    specs = specs_from_config(load_config(config).filters)
-    validate_filters(specs)
-    return specs
+def config_between(
+    tmp_path: Path, source: Any, target: Any, route: tuple[str, str], group: str, filters: str
+) -> Path:
+    """relay_config in ``tmp_path``/c.toml, relaying ``route`` from broker ``source`` to
+    broker ``target``."""
+    topic, dest = route
+    return relay_config(
+        tmp_path / "c.toml", source=source.bootstrap, target=target.bootstrap, topic=topic,
+        dest=dest, group=group, filters=filters,
+    )  # fmt: skip
 
 
-def new_relay(config: Path, stop_at_end: bool, failover: bool = False) -> Runner:
+def new_relay(config: Path, failover: bool = False) -> Runner:
+    """A continuous relay with the config's filters (relay_job loads and validates them on the
+    driver, as relay/cli.py does, before Spark)."""
     return relay_job(
         load_config(config),
-        stop_at_end=stop_at_end,
+        stop_at_end=False,
         stop_event=threading.Event(),
         metrics=Metrics(),
-        filters=filter_specs(config),
         failover=failover,
     )
-
-
-def relay_once(config: Path) -> tuple[RunSummary, Metrics]:
-    """One in-process --stop-at-end run with the config's filters."""
-    relay = new_relay(config, stop_at_end=True)
-    try:
-        relay.prepare()
-        summary = relay.run()
-    finally:
-        relay.close()
-    return summary, relay.metrics
 
 
 def run_alongside(relay: Runner, script: Callable[[], None]) -> None:
@@ -173,68 +153,6 @@ def metric(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 def rounds_run(relay: Runner) -> int:
     return int(metric(relay.metrics, "ktm_round_duration_seconds_count") or 0)
-
-
-# --- the real command -----------------------------------------------------------------------------
-
-
-@dataclass
-class Finished:
-    returncode: int
-    stderr: str
-
-    def error_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.startswith("ktm: error:")]
-
-
-def run_ktm(tmp_path: Path, *args: str, timeout: float) -> Finished:
-    """`ktm relay ARGS` from the repository root, in its own session; whatever happens, every
-    process of that session (ktm, its JVM, PySpark's workers) is killed before returning."""
-    err_path = tmp_path / f"ktm-{time.monotonic_ns()}.err"
-    env = {**os.environ, "KTM_LOG_DIR": str(tmp_path / "ktm-logs")}
-    with err_path.open("wb") as err:
-        proc = subprocess.Popen(
-            [*KTM, "relay", *args],
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
-    try:
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"ktm did not exit within {timeout}s:\n{err_path.read_text()}")
-    finally:
-        kill_session(proc)
-    return Finished(code, err_path.read_text(errors="replace"))
-
-
-def kill_session(proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while members := session_members(proc.pid):
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.poll()
-        assert time.monotonic() < deadline, f"processes {members} survive SIGKILL"
-        time.sleep(0.05)
-    proc.wait(timeout=30)
-
-
-def session_members(sid: int) -> list[int]:
-    """Live (not zombie) processes of session ``sid``, from /proc."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _ppid, _pgrp, session = stat.read_text().rsplit(")", 1)[1].split()[:4]
-        except (OSError, IndexError):
-            continue
-        if int(session) == sid and state != "Z":
-            members.append(int(stat.parent.name))
-    return members
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -367,15 +285,7 @@ def test_sample_filter_relays_exactly_the_allowed_records(
         {"id": "off", "marker": ""},
         enabled=False,
     )
-    conf = relay_config(
-        tmp_path / "c.toml",
-        source=source_broker.bootstrap,
-        target=target_broker.bootstrap,
-        topic=src,
-        dest=dst,
-        group=group,
-        filters=filters,
-    )
+    conf = config_between(tmp_path, source_broker, target_broker, (src, dst), group, filters)
 
     summary, metrics = relay_once(conf)
 
@@ -409,18 +319,12 @@ def test_filter_given_only_on_the_command_line(source_broker, target_broker, tmp
         [Record(value=v, partition=i % 2) for i, v in enumerate(values)],
     )
     group = unique_topic("group")
-    conf = relay_config(
-        tmp_path / "c.toml",
-        source=source_broker.bootstrap,
-        target=target_broker.bootstrap,
-        topic=src,
-        dest=dst,
-        group=group,
-        filters="",
-    )
+    conf = config_between(tmp_path, source_broker, target_broker, (src, dst), group, "")
     flag = "./" + str((FILES / "drop_marked.py").relative_to(REPO))
 
-    run = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", "--filter", flag, timeout=170)
+    run = run_ktm(
+        tmp_path, "--config", str(conf), "--stop-at-end", "--filter", flag, timeout=170, cwd=REPO
+    )
 
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
@@ -451,17 +355,8 @@ def test_dropped_last_records_are_not_read_again(source_broker, target_broker, s
     src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "tail", 2)
     produce(source_broker.bootstrap, src, tail_records(0, 40, tail=5, partitions=2))
     group = unique_topic("group")
-    conf = relay_config(
-        tmp_path / "c.toml",
-        source=source_broker.bootstrap,
-        target=target_broker.bootstrap,
-        topic=src,
-        dest=dst,
-        group=group,
-        filters=filter_section(
-            "tails", FILES / "drop_marked.py", {"id": "tails", "marker": "tail"}
-        ),
-    )
+    tails = filter_section("tails", FILES / "drop_marked.py", {"id": "tails", "marker": "tail"})
+    conf = config_between(tmp_path, source_broker, target_broker, (src, dst), group, tails)
     keep = unmarked(b"tail")
 
     first, _ = relay_once(conf)
@@ -533,15 +428,6 @@ def unreachable_config(path: Path, filters: str) -> Path:
     )
 
 
-def assert_one_error_line(run: Finished, *mentions: str) -> None:
-    assert run.returncode == 2, run.stderr
-    assert "Traceback" not in run.stderr
-    errors = run.error_lines()
-    assert len(errors) == 1, run.stderr
-    for mention in mentions:
-        assert mention in errors[0], run.stderr
-
-
 @pytest.mark.parametrize("case", ["missing file", *BAD_FILTERS])
 def test_bad_filter_in_a_section_exits_2_with_one_line(case, tmp_path):
     path = tmp_path / "bad_filter.py"
@@ -553,27 +439,31 @@ def test_bad_filter_in_a_section_exits_2_with_one_line(case, tmp_path):
         mentions = [*mentions, str(path)] if case == "syntax error" else mentions
     conf = unreachable_config(tmp_path / "c.toml", filter_section("bad", path, {"x": 1}))
 
-    run = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", timeout=60)
+    run = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", timeout=60, cwd=REPO)
 
-    assert_one_error_line(run, "[filters.bad]", *mentions)
+    assert_one_error_line(run, 2, "[filters.bad]", *mentions)
 
 
 def test_sample_given_with_an_empty_config_exits_2_naming_the_flag(tmp_path):
     conf = unreachable_config(tmp_path / "c.toml", "")
 
     run = run_ktm(
-        tmp_path, "--config", str(conf), "--filter", "./filters/key_prefix.py", timeout=60
+        tmp_path, "--config", str(conf), "--filter", "./filters/key_prefix.py", timeout=60, cwd=REPO
     )
 
-    assert_one_error_line(run, "--filter", "key_prefix.py", '"prefixes" must be a non-empty list')
+    assert_one_error_line(
+        run, 2, "--filter", "key_prefix.py", '"prefixes" must be a non-empty list'
+    )
 
 
 def test_missing_filter_flag_file_exits_2_naming_it(tmp_path):
     conf = unreachable_config(tmp_path / "c.toml", "")
 
-    run = run_ktm(tmp_path, "--config", str(conf), "--filter", "./no_such_filter.py", timeout=60)
+    run = run_ktm(
+        tmp_path, "--config", str(conf), "--filter", "./no_such_filter.py", timeout=60, cwd=REPO
+    )
 
-    assert_one_error_line(run, "--filter", "no_such_filter.py")
+    assert_one_error_line(run, 2, "--filter", "no_such_filter.py")
 
 
 # --- 5. run-time errors ---------------------------------------------------------------------------
@@ -594,20 +484,9 @@ def failing_setup(source_broker, target_broker, tmp_path, on_error: str | None):
     )
     group = unique_topic("group")
     options = {} if on_error is None else {"on_error": on_error}
-    conf = relay_config(
-        tmp_path / "c.toml",
-        source=source_broker.bootstrap,
-        target=target_broker.bootstrap,
-        topic=src,
-        dest=dst,
-        group=group,
-        filters=filter_section(
-            "boom",
-            FILES / "fail_on.py",
-            {"id": "boom", "partition": FAIL_AT[0], "offset": FAIL_AT[1]},
-            **options,
-        ),
-    )
+    at = {"id": "boom", "partition": FAIL_AT[0], "offset": FAIL_AT[1]}
+    boom = filter_section("boom", FILES / "fail_on.py", at, **options)
+    conf = config_between(tmp_path, source_broker, target_broker, (src, dst), group, boom)
     return src, dst, group, conf
 
 
@@ -615,7 +494,7 @@ def failing_setup(source_broker, target_broker, tmp_path, on_error: str | None):
 def test_filter_error_stops_the_relay_at_that_record(source_broker, target_broker, tmp_path):
     src, dst, group, conf = failing_setup(source_broker, target_broker, tmp_path, None)
 
-    run = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", timeout=170)
+    run = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", timeout=170, cwd=REPO)
 
     assert run.returncode == 1, run.stderr
     assert "Traceback" not in run.stderr
@@ -660,17 +539,11 @@ def test_filter_is_loaded_once_per_worker_process_never_per_round(
     pid_file = tmp_path / "pids.log"
     filter_file = tmp_path / "pid_log.py"
     shutil.copy(FILES / "pid_log.py", filter_file)
-    conf = relay_config(
-        tmp_path / "c.toml",
-        source=source_broker.bootstrap,
-        target=target_broker.bootstrap,
-        topic=src,
-        dest=dst,
-        group=unique_topic("group"),
-        filters=filter_section("pids", filter_file, {"id": "pids", "path": str(pid_file)}),
-    )
-    specs = filter_specs(conf)  # validated in this, the driver
+    pids = filter_section("pids", filter_file, {"id": "pids", "path": str(pid_file)})
+    group = unique_topic("group")
+    conf = config_between(tmp_path, source_broker, target_broker, (src, dst), group, pids)
     cfg = load_config(conf)
+    specs = load_filters(cfg)  # validated in this, the driver
     # Executors compile the text the driver read: they never open the file.
     filter_file.unlink()
 
@@ -720,10 +593,6 @@ def feed(nodes: list[Any], topic: str, records: list[Record]) -> None:
         produce(node.bootstrap, topic, records)
 
 
-def destination_count(bootstrap: str, topic: str) -> int:
-    return sum(len(rs) for rs in read_all(bootstrap, topic, timeout=20).values())
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON)
 def test_failover_after_kill_9_relays_the_allowed_records_once(
@@ -747,11 +616,11 @@ def test_failover_after_kill_9_relays_the_allowed_records_once(
         + filter_section("no_drop", FILES / "drop_marked.py", {"id": "no_drop"})
     )
     feed([node1, node2], topic, failover_records(0, 1200))
-    relay = new_relay(conf, stop_at_end=False, failover=True)
+    relay = new_relay(conf, failover=True)
     stop = relay.stop_event
 
     def stream_and_kill() -> None:
-        wait_for(lambda: destination_count(target.bootstrap, dest) >= 800, 90, "records", stop)
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 800, 90, "records", stop)
         sent = 1200
         for chunk in range(6):  # the stream goes on; node1 dies in the middle of it
             feed([node2] if chunk >= 2 else [node1, node2], topic, failover_records(sent, 200))
@@ -760,7 +629,7 @@ def test_failover_after_kill_9_relays_the_allowed_records_once(
                 node1.kill()
             time.sleep(0.2)
         wait_for(
-            lambda: destination_count(target.bootstrap, dest) >= 1600,
+            lambda: record_count(target.bootstrap, dest) >= 1600,
             90,
             "every allowed record",
             stop,

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient, KafkaConsumer
 
+from testbed.records import read_all
+from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
 from tests.support.inprocess import Background
-from tests.support.kafka import create_topic, read_all, unique_topic
 from tests.support.relay import write_config
 
 FILTERS = Path(__file__).parent / "filter_files"

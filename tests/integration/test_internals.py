@@ -11,7 +11,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from relay import internals
-from tests.support.kafka import create_topic, unique_topic
+from testbed.topics import create_topic, unique_topic
 
 pytestmark = pytest.mark.timeout(120)
 

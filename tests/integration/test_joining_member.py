@@ -14,16 +14,12 @@ from relay.config import load_config
 from relay.engine.driver.failover import SourcePool
 from relay.engine.driver.setup import Startup
 from relay.engine.metrics import Metrics
+from testbed.ktm_process import Ktm, metric_total, wait_for
+from testbed.ports import free_port
+from testbed.records import read_all, record_count
+from testbed.tansu import NO_KILL_REASON, brokers_are_external
+from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    brokers_are_external,
-    create_topic,
-    free_port,
-    read_all,
-    unique_topic,
-)
-from tests.support.ktm_process import Ktm, metric_total, wait_for
 from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [
@@ -61,7 +57,7 @@ def test_start_up_while_a_member_relays_and_commits_never_sees_a_recreated_topic
                 wait_for(lambda: metric_total(second_port, "ktm_group_members") == 2, 120,
                          "the second member joined", second)  # fmt: skip
                 sent = feeder.stop()
-                wait_for(lambda: arrived(target_broker.bootstrap, dst) >= sent, 120,
+                wait_for(lambda: record_count(target_broker.bootstrap, dst) >= sent, 120,
                          "every record relayed", second)  # fmt: skip
                 for process in (second, first):
                     process.proc.send_signal(signal.SIGTERM)
@@ -102,7 +98,3 @@ def plan_repeatedly(config_path, count: int, timeout: float) -> None:
 def _spin(done: threading.Event) -> None:
     while not done.is_set():
         sum(range(10_000))
-
-
-def arrived(bootstrap: str, topic: str) -> int:
-    return sum(len(rs) for rs in read_all(bootstrap, topic, timeout=30).values())

@@ -8,17 +8,9 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    Record,
-    TansuBroker,
-    create_topic,
-    describe_topic,
-    produce,
-    read_all,
-    unique_topic,
-    wait_until_ready,
-)
+from testbed.records import Record, produce, read_all
+from testbed.tansu import NO_KILL_REASON, TansuBroker, wait_until_ready
+from testbed.topics import create_topic, describe_topic, unique_topic
 
 pytestmark = pytest.mark.timeout(60)
 

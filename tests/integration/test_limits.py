@@ -9,9 +9,11 @@ import time
 
 import pytest
 
+from testbed.ktm_process import Ktm, metric_total, wait_for
+from testbed.ports import free_port
+from testbed.records import Record, produce, read_all
+from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
-from tests.support.kafka import Record, create_topic, free_port, produce, read_all, unique_topic
-from tests.support.ktm_process import Ktm, metric_total, wait_for
 from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [pytest.mark.timeout(300)]

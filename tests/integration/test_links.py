@@ -1,6 +1,6 @@
 """The relay across real links: a source or a target 240 ms away (a US-Asia round trip), a
 broker frozen longer than the fetch timeout, a stop while a fetch is out. Real brokers behind a
-delaying proxy (tests/support/link.py), real ktm processes, every record checked."""
+delaying proxy (testbed/link.py), real ktm processes, every record checked."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from testbed.ktm_process import Ktm, metric_total, run_ktm, wait_for
+from testbed.records import Record, produce, read_all, record_count
+from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
-from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
-from tests.support.ktm_process import Ktm, metric_total, run_ktm, wait_for
 from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [pytest.mark.timeout(420)]
@@ -129,7 +130,7 @@ def test_sigterm_while_a_fetch_is_out_to_a_frozen_broker_exits_0_within_5_second
 
 
 def _port() -> int:
-    from tests.support.kafka import free_port
+    from testbed.ports import free_port
 
     return free_port()
 
@@ -190,23 +191,25 @@ def test_failover_to_a_standby_node_240ms_away_loses_and_repeats_nothing(
         f'[target]\nservers = ["{target.bootstrap}"]\n'
     )
     with Ktm(tmp_path, "--config", str(conf), "--mode", "failover", "--no-progress") as relay:
-        wait_for(lambda: count(target.bootstrap, dest) >= 2_000, 120, "the first records", relay)
+        wait_for(
+            lambda: record_count(target.bootstrap, dest) >= 2_000, 120, "the first records", relay
+        )
         near.kill()
         far.link.set_delay(0)
         produce(far.bootstrap, topic, records(1_000, first=2_000))  # only the far node has them
         far.link.set_delay(ONE_WAY)
-        wait_for(lambda: count(target.bootstrap, dest) >= 3_000, 180, "records from the far node",
-                 relay)  # fmt: skip
+        wait_for(
+            lambda: record_count(target.bootstrap, dest) >= 3_000,
+            180,
+            "records from the far node",
+            relay,
+        )
         relay.proc.send_signal(signal.SIGTERM)
         ended = relay.wait(60)
     assert ended.returncode == 0, ended.stderr[-3000:]
     assert "source node near is down" in ended.stderr
     far.link.set_delay(0)
     assert_exact_copy(read_all(far.bootstrap, topic), flat(read_all(target.bootstrap, dest)), topic)
-
-
-def count(bootstrap: str, topic: str) -> int:
-    return len(flat(read_all(bootstrap, topic)))
 
 
 def test_one_task_serving_a_thousand_partitions_copies_every_record_once(

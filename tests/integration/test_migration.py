@@ -13,21 +13,14 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource
 
+from testbed.ktm_process import Ktm
+from testbed.provenance import attributed
+from testbed.records import Record, produce, read_all
+from testbed.tansu import brokers_are_external
+from testbed.topics import create_topic, describe_topic, topic_names, unique_topic, wait_until
 from tests.support.feeder import Feeder
 from tests.support.inprocess import Background
-from tests.support.kafka import (
-    Record,
-    brokers_are_external,
-    create_topic,
-    describe_topic,
-    produce,
-    read_all,
-    topic_names,
-    unique_topic,
-    wait_until,
-)
-from tests.support.ktm_process import Ktm
-from tests.support.relay import attributed, write_config
+from tests.support.relay import write_config
 
 FAST_DISCOVERY = 'interval = "1s"'
 
@@ -162,8 +155,9 @@ def test_an_active_active_pair_copies_every_record_once_each_way_and_never_back(
 
 @pytest.mark.skipif(
     not brokers_are_external(),
-    reason="Tansu describes no topic configs and lacks CreatePartitions (TANSU.md): runs on an "
-    "Apache Kafka named by KTM_TEST_KAFKA (the unit tests cover both behind the admin seam)",
+    reason="Tansu describes no topic configs and lacks CreatePartitions (docs/development.md): "
+    "runs on an Apache Kafka named by KTM_TEST_KAFKA (the unit tests cover both behind the admin "
+    "seam)",
 )
 def test_configs_are_copied_and_a_source_that_grows_grows_its_destination(
     broker_factory, spark, tmp_path

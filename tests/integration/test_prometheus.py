@@ -21,20 +21,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import prometheus
+from testbed import prometheus
+from testbed.ktm_process import Ktm
+from testbed.ports import free_port
+from testbed.prometheus import Prometheus
+from testbed.records import Record, produce
+from testbed.tansu import NO_KILL_REASON, TansuBroker, brokers_are_external
+from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    Record,
-    TansuBroker,
-    brokers_are_external,
-    create_topic,
-    free_port,
-    produce,
-    unique_topic,
-)
-from tests.support.ktm_process import Ktm
-from tests.support.prometheus import Prometheus
 from tests.support.relay import FAST_GROUP, write_config
 
 pytestmark = [

@@ -17,16 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.kafka import (
-    Record,
-    create_topic,
-    free_port,
-    produce,
-    read_all,
-    topic_names,
-    unique_topic,
-)
-from tests.support.ktm_process import (
+from testbed.ktm_process import (
     SPARK_NOISE,
     assert_one_error_line,
     assert_only_log_lines,
@@ -38,6 +29,10 @@ from tests.support.ktm_process import (
     spark_sessions,
     wait_for,
 )
+from testbed.ports import free_port
+from testbed.records import Record, produce, read_all, record_count
+from testbed.topics import create_topic, topic_names, unique_topic
+from tests.support.feeder import Feeder
 from tests.support.relay import (
     assert_exact_copy,
     committed_offsets,
@@ -85,7 +80,7 @@ def test_restart_after_sigkill_relays_every_record_exactly_once(
     )
     last_config = write_config(tmp_path / "last.toml", topics={src: dst}, spark=two_slots, **routes)
 
-    def arrived() -> int:  # a lower bound: Tansu under-reports the end (TANSU.md)
+    def arrived() -> int:  # a lower bound: Tansu's ListOffsets under-reports the end
         return sum(listed_end_offsets(target_broker.bootstrap, dst, parts).values())
 
     def feed(first: int, last: int, pause: float) -> None:
@@ -241,29 +236,6 @@ def test_unknown_config_key_exits_2_naming_the_key(source_broker, target_broker,
 # --- signals and metrics ----------------------------------------------------------------------
 
 
-class BackgroundProducer:
-    """Keeps producing small batches, round-robin over partitions, until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int):
-        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            batch = [
-                Record(value=b"late-%d" % (self.sent + i), partition=(self.sent + i) % 4)
-                for i in range(40)
-            ]
-            self.sent += produce(self.bootstrap, self.topic, batch)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "stop_signal",
@@ -299,7 +271,7 @@ def test_signal_stops_cleanly_and_metrics_count_what_was_relayed(
         spark = spark_sessions(tmp_path)
         assert spark, "the Spark JVM of this run was not found"
 
-        more = BackgroundProducer(source_broker.bootstrap, src, 4)
+        more = Feeder(source_broker.bootstrap, src, 4, per_batch=40, pause=0)
         try:  # the signal arrives while records are flowing
             wait_for(lambda: sum(scrape(port).values()) > 2200, 60, "new records relayed", relay)
             signalled = time.monotonic()
@@ -347,7 +319,7 @@ def test_metrics_follow_the_destination_within_two_seconds(source_broker, target
             batch = [Record(value=b"b%d-%d" % (burst, i), partition=i % 4) for i in range(500)]
             produce(source_broker.bootstrap, src, batch)
             sent = 500 * (burst + 1)
-            wait_for(lambda n=sent: destination_count(target_broker.bootstrap, dst) >= n, 180,
+            wait_for(lambda n=sent: record_count(target_broker.bootstrap, dst) >= n, 180,
                      f"burst {burst} at the destination", relay)  # fmt: skip
             arrived = time.monotonic()
             wait_for(lambda n=sent: sum(scrape(port).values()) >= n, 30, "the metrics", relay)
@@ -355,10 +327,6 @@ def test_metrics_follow_the_destination_within_two_seconds(source_broker, target
             assert behind <= 2.0, f"burst {burst}: metrics {behind:.1f}s behind the destination"
         relay.proc.send_signal(signal.SIGTERM)
         assert relay.wait(timeout=15).returncode == 0
-
-
-def destination_count(bootstrap: str, topic: str) -> int:
-    return sum(len(records) for records in read_all(bootstrap, topic).values())
 
 
 def test_debug_names_the_spark_log_which_holds_what_the_terminal_does_not(

@@ -15,11 +15,13 @@ from kafka import KafkaProducer
 from relay.config import load_config
 from relay.engine.metrics import Metrics
 from relay.pipelines.jobs import relay_job
+from testbed.provenance import attributed
+from testbed.records import Record, produce, read_all
+from testbed.tansu import TansuBroker
+from testbed.topics import create_topic, unique_topic
 from tests.support.inprocess import produced_metric, relay_once
-from tests.support.kafka import Record, TansuBroker, create_topic, produce, read_all, unique_topic
 from tests.support.relay import (
     assert_exact_copy,
-    attributed,
     committed_offsets,
     listed_end_offsets,
     produce_null_record,

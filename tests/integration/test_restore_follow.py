@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from testbed.ktm_process import Ktm, assert_one_error_line, metric_total, run_ktm, wait_for
+from testbed.ports import free_port
+from testbed.records import read_all, record_count
+from testbed.topics import create_topic, unique_topic
 from tests.integration.test_backup_restore import assert_same, config
 from tests.support.feeder import Feeder
-from tests.support.kafka import create_topic, free_port, read_all, unique_topic
-from tests.support.ktm_process import Ktm, assert_one_error_line, metric_total, run_ktm, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,13 +37,6 @@ def healthz(port: int) -> dict[str, Any] | None:
 
 def waiting(port: int) -> dict[str, str]:
     return dict((healthz(port) or {}).get("waiting") or {})
-
-
-def count(bootstrap: str, topic: str) -> int:
-    try:
-        return sum(len(rs) for rs in read_all(bootstrap, topic, timeout=30).values())
-    except LookupError:
-        return 0
 
 
 def test_backup_and_restore_follow_started_together_on_an_empty_store(
@@ -77,8 +72,12 @@ def test_backup_and_restore_follow_started_together_on_an_empty_store(
                 wait_for(lambda: restored() >= 2_000, 120, "records restored", restore)
             finally:
                 sent = feeder.stop()
-            wait_for(lambda: count(target_broker.bootstrap, dst) >= sent, 120, "all restored",
-                     restore)  # fmt: skip
+            wait_for(
+                lambda: record_count(target_broker.bootstrap, dst) >= sent,
+                120,
+                "all restored",
+                restore,
+            )
             assert not waiting(restore_port) or all(
                 reason == "a late segment" for reason in waiting(restore_port).values()
             )

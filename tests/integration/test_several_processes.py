@@ -16,18 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from testbed.ktm_process import Ktm, metric_total, wait_for
+from testbed.ports import free_port
+from testbed.records import Record, produce, read_all
+from testbed.tansu import NO_KILL_REASON, brokers_are_external
+from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    Record,
-    brokers_are_external,
-    create_topic,
-    free_port,
-    produce,
-    read_all,
-    unique_topic,
-)
-from tests.support.ktm_process import Ktm, metric_total, wait_for
 from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [

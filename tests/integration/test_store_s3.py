@@ -1,4 +1,4 @@
-"""SegmentStore on a real S3 server: SeaweedFS started once for this module (tests/support)."""
+"""SegmentStore on a real S3 server: SeaweedFS started once for this module (testbed/seaweed.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from relay.store import SegmentBuffer, SegmentError, SegmentMeta, StoreError
 from relay.store.formats import FORMATS
 from relay.store.layout import group_snapshot_path
 from relay.store.store import SegmentStore, open_store
-from tests.support import seaweed
-from tests.support.kafka import free_port
-from tests.support.seaweed import S3Server, s3_filesystem
+from testbed import seaweed
+from testbed.ports import free_port
+from testbed.seaweed import S3Server, s3_filesystem
 from tests.support.store import assert_broken_streams_publish_nothing
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,14 +10,9 @@ import pytest
 from relay.batches import Origin
 from relay.clients.producer import Delivery, Producer
 from relay.config import ClusterConfig, TargetConfig
-from tests.support.kafka import (
-    NO_KILL_REASON,
-    TansuBroker,
-    brokers_are_external,
-    create_topic,
-    read_all,
-    unique_topic,
-)
+from testbed.records import read_all
+from testbed.tansu import NO_KILL_REASON, TansuBroker, brokers_are_external
+from testbed.topics import create_topic, unique_topic
 
 pytestmark = pytest.mark.timeout(60)
 PATHS = pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "send"])

@@ -1,9 +1,10 @@
-"""TLS end to end: relays to and from a broker reached only through TLS (support/tls_proxy).
+"""TLS end to end: relays to and from a broker reached only through TLS (testbed/tls_proxy.py).
 
-Tansu cannot serve TLS to kafka-python (shared/TANSU.md), so each TLS cluster is a Tansu
-listening in plain TCP on 127.0.0.1:Q behind a `TlsProxy` on 127.0.0.1:P, and Tansu advertises
-P: the connections kafka-python opens after bootstrap (to the partition leaders, the group
-coordinator) come back through the proxy, so every byte the relay exchanges with it is TLS.
+Tansu cannot serve TLS to kafka-python ("The test broker" in docs/development.md), so each TLS
+cluster is a Tansu listening in plain TCP on 127.0.0.1:Q behind a `TlsProxy` on 127.0.0.1:P, and
+Tansu advertises P: the connections kafka-python opens after bootstrap (to the partition leaders,
+the group coordinator) come back through the proxy, so every byte the relay exchanges with it is
+TLS.
 Port Q is only used, by Tansu's own CLI, to create topics.
 
 The checks read the clusters with kafka-python directly (through TLS where needed), never with
@@ -12,67 +13,31 @@ the code under test.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from relay.config import load_config
-from relay.engine.metrics import Metrics
-from relay.pipelines.jobs import RunSummary, relay_job
-from tests.support.kafka import (
-    Record,
-    TansuBroker,
-    create_topic,
-    free_port,
-    produce,
-    read_all,
-    unique_topic,
-)
-from tests.support.relay import FAST_RETRIES, assert_exact_copy, attributed
-from tests.support.tls_proxy import TestCerts, TlsProxy, make_ca, server_context
+from testbed.ktm_process import assert_one_error_line, run_ktm
+from testbed.ports import free_port
+from testbed.provenance import attributed
+from testbed.records import Record, produce, read_all
+from testbed.tansu import TansuBroker, cli_create_topic
+from testbed.tls_proxy import TestCerts, TlsProxy, make_ca, server_context
+from testbed.topics import create_topic, describe_topic, led_partitions, unique_topic, wait_until
+from tests.support.inprocess import relay_once
+from tests.support.relay import FAST_RETRIES, assert_exact_copy, committed_offsets
 
 pytestmark = pytest.mark.timeout(120)
 
-KTM = [sys.executable, "-c", "from relay.cli import main; main()"]
 PARTITIONS = 3
 RECORDS = 450
 
 
 # --- a broker behind TLS -----------------------------------------------------------------------
-
-
-class AdvertisedTansu(TansuBroker):
-    """A Tansu listening on its own port that tells clients to connect to `advertised` instead."""
-
-    def __init__(self, name: str, advertised: str, *, port: int, log_dir: Path):
-        super().__init__(name, port=port, log_dir=log_dir)
-        self.advertised = advertised
-
-    def command(self) -> list[str]:
-        command = super().command()
-        command[command.index("--advertised-listener-url") + 1] = f"tcp://{self.advertised}"
-        return command
-
-    def create_topic(self, name: str, partitions: int) -> str:
-        """With Tansu's CLI on the plain port: kafka-python's admin client would follow the
-        metadata to the advertised (TLS) address."""
-        run = subprocess.run(
-            [self.command()[0], "topic", "create", name, "--partitions", str(partitions),
-             "--broker", f"tcp://{self.bootstrap}"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-        assert run.returncode == 0, f"tansu topic create {name}: {run.stdout}{run.stderr}"
-        return name
 
 
 class TlsCluster:
@@ -85,7 +50,9 @@ class TlsCluster:
         plain_port = free_port()
         context = server_context(certs, require_client_cert=mutual)
         self.proxy = TlsProxy(context, upstream_port=plain_port).start()
-        self.broker = AdvertisedTansu(name, self.proxy.address, port=plain_port, log_dir=log_dir)
+        self.broker = TansuBroker(
+            name, port=plain_port, log_dir=log_dir, advertised_port=self.proxy.port
+        )
         try:
             self.broker.start()
         except BaseException:
@@ -124,21 +91,20 @@ class TlsCluster:
         return "\n".join(lines)
 
     def create_topic(self, name: str, partitions: int, timeout: float = 10.0) -> str:
-        """Create on the plain port, then wait until the metadata read through TLS shows every
-        partition with a leader."""
-        self.broker.create_topic(name, partitions)
-        deadline = time.monotonic() + timeout
-        while True:
-            admin = KafkaAdminClient(bootstrap_servers=self.address, **self.ssl_settings())
-            try:
-                (described,) = admin.describe_topics([name])
-            finally:
-                admin.close()
-            leaders = [p for p in described["partitions"] if p["leader_id"] >= 0]
-            if not described["error_code"] and len(leaders) == partitions:
-                return name
-            assert time.monotonic() < deadline, f"{name} has no leaders: {described}"
-            time.sleep(0.1)
+        """Create on the plain port with Tansu's CLI (kafka-python's admin client would follow
+        the metadata to the TLS address), then wait until the metadata read through TLS shows
+        every partition with a leader."""
+        cli_create_topic(self.broker.bootstrap, name, partitions)
+        wait_until(
+            lambda: (
+                led_partitions(describe_topic(self.address, name, **self.ssl_settings()))
+                == partitions
+            ),
+            timeout,
+            f"{name} shows {partitions} partitions with a leader through TLS",
+            every=0.1,
+        )
+        return name
 
     def stop(self) -> None:
         self.proxy.stop()
@@ -184,71 +150,6 @@ def records(count: int) -> list[Record]:
     ]
 
 
-def produce_tls(cluster: TlsCluster, topic: str, batch: list[Record]) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=cluster.address, acks="all", **cluster.ssl_settings()
-    )
-    try:
-        futures = [
-            producer.send(
-                topic,
-                key=r.key,
-                value=r.value,
-                headers=list(r.headers),
-                partition=r.partition,
-                timestamp_ms=r.timestamp_ms,
-            )
-            for r in batch
-        ]
-        producer.flush(timeout=30)
-        for future in futures:
-            future.get(timeout=30)
-    finally:
-        producer.close(timeout=10)
-
-
-def read_all_tls(
-    cluster: TlsCluster, topic: str, partitions: int, timeout: float = 20.0
-) -> dict[int, list[Any]]:
-    """Every record of `topic`, up to each partition's high watermark, read through TLS."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=cluster.address,
-        group_id=None,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=100,
-        **cluster.ssl_settings(),
-    )
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    found: dict[int, list[Any]] = {p: [] for p in range(partitions)}
-    try:
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        while any(
-            consumer.highwater(tp) is None or consumer.position(tp) < consumer.highwater(tp)
-            for tp in tps
-        ):
-            assert time.monotonic() < deadline, f"reading {topic} through TLS timed out"
-            for tp, batch in consumer.poll(timeout_ms=200).items():
-                found[tp.partition].extend(batch)
-    finally:
-        consumer.close()
-    return found
-
-
-def committed_tls(cluster: TlsCluster, group_id: str, topic: str, partitions: int) -> dict:
-    consumer = KafkaConsumer(
-        bootstrap_servers=cluster.address,
-        group_id=group_id,
-        enable_auto_commit=False,
-        **cluster.ssl_settings(),
-    )
-    try:
-        return {p: consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
-    finally:
-        consumer.close(autocommit=False)
-
-
 def write_config(path: Path, *, source: str, target: str, topic: str, dest: str) -> Path:
     """`source`/`target`: the connection keys of each side, including `servers`."""
     path.write_text(
@@ -259,18 +160,6 @@ def write_config(path: Path, *, source: str, target: str, topic: str, dest: str)
         f"[target]\n{target}\n{FAST_RETRIES}\n"
     )
     return path
-
-
-def relay_once(config: Path) -> RunSummary:
-    """One in-process stop-at-end run on the shared SparkSession (like test_relay_single)."""
-    relay = relay_job(
-        load_config(config), stop_at_end=True, stop_event=threading.Event(), metrics=Metrics()
-    )
-    try:
-        relay.prepare()
-        return relay.run()
-    finally:
-        relay.close()
 
 
 def assert_copied(source: dict[int, list[Any]], copied: dict[int, list[Any]], topic: str) -> None:
@@ -298,12 +187,11 @@ def test_relay_to_a_tls_target(source_broker, tls_cluster, spark, tmp_path):
         dest=dst,
     )
 
-    summary = relay_once(config)
+    summary, _ = relay_once(config)
 
     assert summary.relayed == RECORDS
-    assert_copied(
-        read_all(source_broker.bootstrap, src), read_all_tls(tls_cluster, dst, PARTITIONS), src
-    )
+    copied = read_all(tls_cluster.address, dst, timeout=20, **tls_cluster.ssl_settings())
+    assert_copied(read_all(source_broker.bootstrap, src), copied, src)
     # The driver's metadata/tail reads and the executors' producers all came in through TLS.
     assert tls_cluster.proxy.handshakes - handshakes >= 3
     assert tls_cluster.proxy.failed_handshakes[failed:] == []
@@ -313,7 +201,7 @@ def test_relay_from_a_mutual_tls_source(mtls_cluster, target_broker, spark, tmp_
     """The source requires a client certificate; reads, offsets and group commits work."""
     src = mtls_cluster.create_topic(unique_topic("mtls-src"), PARTITIONS)
     dst = create_topic(target_broker.bootstrap, unique_topic("mtls-dst"), partitions=PARTITIONS)
-    produce_tls(mtls_cluster, src, records(RECORDS))
+    produce(mtls_cluster.address, src, records(RECORDS), **mtls_cluster.ssl_settings())
     failed = len(mtls_cluster.proxy.failed_handshakes)
     config = write_config(
         tmp_path / "config.toml",
@@ -323,13 +211,16 @@ def test_relay_from_a_mutual_tls_source(mtls_cluster, target_broker, spark, tmp_
         dest=dst,
     )
 
-    summary = relay_once(config)
+    summary, _ = relay_once(config)
 
-    source = read_all_tls(mtls_cluster, src, PARTITIONS)
+    source = read_all(mtls_cluster.address, src, timeout=20, **mtls_cluster.ssl_settings())
     assert summary.relayed == RECORDS
     assert_copied(source, read_all(target_broker.bootstrap, dst), src)
     per_partition = {p: len(rs) for p, rs in source.items()}
-    assert committed_tls(mtls_cluster, "ktm", src, PARTITIONS) == per_partition
+    committed = committed_offsets(
+        mtls_cluster.address, "ktm", src, PARTITIONS, **mtls_cluster.ssl_settings()
+    )
+    assert committed == per_partition
     assert mtls_cluster.proxy.failed_handshakes[failed:] == []
 
 
@@ -343,28 +234,6 @@ def test_mutual_tls_source_refuses_a_client_without_certificate(mtls_cluster):
         ).close()
     assert len(mtls_cluster.proxy.failed_handshakes) > failed
     assert "CERTIFICATE" in mtls_cluster.proxy.failed_handshakes[-1].upper()
-
-
-def run_ktm(tmp_path: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """`ktm` in its own process group, killed with the group if it overruns."""
-    env = {**os.environ, "KTM_LOG_DIR": str(tmp_path / "ktm-logs")}
-    proc = subprocess.Popen(
-        [*KTM, *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"ktm did not exit within {timeout}s; stderr:\n{stderr}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 @pytest.mark.parametrize("side", ["source", "target"])
@@ -388,15 +257,11 @@ def test_wrong_ca_fails_with_one_error_line_naming_the_address(
     text = config.read_text().replace("max_retries = 1", "max_retries = 0")
     config.write_text(text.replace('request_timeout = "500ms"', 'request_timeout = "100ms"'))
 
-    run = run_ktm(tmp_path, "relay", "--config", str(config), "--stop-at-end")
+    run = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", timeout=60)
 
-    assert run.returncode == 1, run.stderr
-    assert "Traceback" not in run.stderr
-    errors = [line for line in run.stderr.splitlines() if line.startswith("ktm:")]
-    assert len(errors) == 1, run.stderr
-    assert errors[0].startswith(f"ktm: error: {side} "), run.stderr
-    assert tls_cluster.address in errors[0], run.stderr
+    error = assert_one_error_line(run, 1, tls_cluster.address)
+    assert error.startswith(f"ktm: error: {side} "), run.stderr
     # The broker's certificate was refused by the client (it never got past the handshake).
     assert len(tls_cluster.proxy.failed_handshakes) > failed
     # ... and the line says why: the TLS handshake failed on the certificate.
-    assert "TLS handshake" in errors[0] and "CERTIFICATE" in errors[0].upper(), run.stderr
+    assert "TLS handshake" in error and "CERTIFICATE" in error.upper(), run.stderr

@@ -4,7 +4,7 @@
   build isolation) and checked by `twine check`.
 - `user_env`: a fresh virtualenv outside the checkout with the wheel installed; its `ktm` runs
   from a temporary directory (`workdir`), never from the checkout.
-- `standalone`: a standalone Spark cluster from the pip package (scripts/spark_cluster.py).
+- `standalone`: a standalone Spark cluster from the pip package (testbed/cluster.py).
   Its workers get their Python from the config (`spark.pyspark.python`): a packed virtualenv
   (`scripts/pack_venv.sh`) or a virtualenv holding exactly what the docs say executors need.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import start_standalone
+from testbed.cluster import start_standalone
 
 REPO = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT = 600.0

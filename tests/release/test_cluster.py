@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from testbed.provenance import attributed
+from testbed.records import produce, read_all
+from testbed.topics import create_topic, unique_topic
 from tests.release.conftest import REPO, Venv, new_venv, sh
 from tests.release.test_installed import (
     PARTITIONS,
@@ -19,8 +22,7 @@ from tests.release.test_installed import (
     source_records,
     user_run,
 )
-from tests.support.kafka import create_topic, produce, read_all, unique_topic
-from tests.support.relay import assert_exact_copy, attributed, copy_view, write_config
+from tests.support.relay import assert_exact_copy, copy_view, write_config
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.cluster]
 

@@ -40,8 +40,26 @@ def test_the_sdist_carries_the_docs_samples_and_deploy_files(dist: Dist):
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     for wanted in ("README.md", "CHANGELOG.md", "LICENSE", "config.sample.toml",
                    "filters/README.md", "filters/key_prefix.py", "scripts/pack_venv.sh",
+                   "scripts/local_brokers.py", "scripts/spark_cluster.py",
                    "deploy/prometheus/ktm-rules.yml", "deploy/systemd/ktm.service",
                    "relay/engine/executor/task.py"):  # fmt: skip
         assert wanted in names, f"{wanted} missing from {dist.sdist.name}"
     docs = sorted((REPO / "docs").glob("*.md"))
     assert all(f"docs/{doc.name}" in names for doc in docs)
+    # The scripts start their brokers and clusters with the testbed package: all of it.
+    testbed = sorted((REPO / "testbed").glob("*.py"))
+    assert testbed and all(f"testbed/{module.name}" in names for module in testbed)
+
+
+def test_the_sdist_scripts_run_from_any_directory(dist: Dist, tmp_path: Path):
+    """scripts/local_brokers.py and scripts/spark_cluster.py of an unpacked sdist find the
+    testbed package beside them (it is not installed: the wheel holds relay alone), wherever
+    they are started from."""
+    with tarfile.open(dist.sdist) as sdist:
+        sdist.extractall(tmp_path / "unpacked", filter="data")
+    (root,) = (tmp_path / "unpacked").iterdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for script in ("local_brokers.py", "spark_cluster.py"):
+        out = sh(sys.executable, root / "scripts" / script, "--help", cwd=elsewhere)
+        assert out.startswith(f"usage: {script}"), out

@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import relay
+from testbed.ktm_process import Finished, Ktm, run_ktm, wait_for
+from testbed.records import Record, produce, read_all
+from testbed.topics import create_topic, unique_topic
 from tests.release.conftest import Venv, sh
-from tests.support.kafka import Record, create_topic, produce, read_all, unique_topic
-from tests.support.ktm_process import Finished, Ktm, run_ktm, wait_for
 from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [pytest.mark.timeout(600)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.support.kafka import Record, produce
+from testbed.records import Record, produce
 
 
 class Feeder:

@@ -1,21 +1,22 @@
 """Helpers shared by the relay's integration tests: config files, provenance, group offsets.
 
-Like tests/support/kafka.py they use kafka-python directly and never the code under test, so a
-bug in the relay cannot hide itself in the checks.
+Like the testbed's helpers (testbed/topics.py, testbed/records.py) they use kafka-python directly
+and never the code under test, so a bug in the relay cannot hide itself in the checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.serializer import Serializer
 
-from tests.support.kafka import Record, create_topic, produce, unique_topic
+from testbed.provenance import PROVENANCE, attributed
+from testbed.records import Record, produce
+from testbed.topics import create_topic, unique_topic
 
-PROVENANCE = "ktm.src"  # the provenance header (relay.batches.provenance has its two forms)
 FAST_RETRIES = 'max_retries = 1\nbackoff_min = "100ms"\nbackoff_max = "200ms"'
 # A short group session: joining waits half of it on Tansu, and a dead process's partitions move
 # after it (production default: 6s).
@@ -45,53 +46,6 @@ def write_config(
     return path
 
 
-class Relayed(NamedTuple):
-    """A destination record and the source record it copies."""
-
-    record: Any
-    source: str
-    topic: str
-    partition: int
-    offset: int
-
-
-def attributed(records: Iterable[Any]) -> list[Relayed]:
-    """Each destination record with the source record it copies, read from the ktm.src headers
-    in destination order (per destination topic and partition):
-    - the record form, `<source>/<topic>/<p>/<offset>` on a record, names that record's own;
-    - the batch form, `<source>/<topic>/<p>/<a>-<b>[,<c>-<d>...]` on the last record of a
-      destination batch, lists the offsets of that batch's records in order: the records since
-      the previous header, and itself.
-    Every record must be accounted for, exactly."""
-    out: list[Relayed] = []
-    waiting: dict[tuple[str, int], list[Any]] = {}
-    for record in records:
-        stream = waiting.setdefault((record.topic, record.partition), [])
-        values = [value for name, value in record.headers if name == PROVENANCE]
-        stream.append(record)
-        if not values:
-            continue
-        source, topic, partition, offsets = values[-1].decode().rsplit("/", 3)
-        numbers = [int(offsets)] if "-" not in offsets else _offsets_of_runs(offsets)
-        assert len(numbers) == len(stream), f"{values[-1]!r} does not cover {len(stream)} records"
-        out += [
-            Relayed(r, source, topic, int(partition), o)
-            for r, o in zip(stream, numbers, strict=True)
-        ]
-        stream.clear()
-    left = {key: len(stream) for key, stream in waiting.items() if stream}
-    assert not left, f"records with no provenance after them: {left}"
-    return out
-
-
-def _offsets_of_runs(runs: str) -> list[int]:
-    offsets: list[int] = []
-    for run in runs.split(","):
-        first, last = run.split("-")
-        offsets += range(int(first), int(last) + 1)
-    return offsets
-
-
 def provenance(record: Any) -> tuple[str, str, int, int]:
     """(source name, topic, partition, offset) of one record carrying the record form (the
     record path: relayed with a filter, or restored)."""
@@ -113,11 +67,12 @@ def without_provenance(headers: Iterable[tuple[str, bytes]]) -> list[tuple[str, 
 
 
 def committed_offsets(
-    bootstrap: str, group_id: str, topic: str, partitions: int
+    bootstrap: str, group_id: str, topic: str, partitions: int, **client_config: Any
 ) -> dict[int, int | None]:
-    """The group's committed offset per partition (None: never committed). Never joins the group."""
+    """The group's committed offset per partition (None: never committed). Never joins the group.
+    ``client_config``: more kafka-python settings (TLS, say)."""
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False
+        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False, **client_config
     )
     try:
         return {p: consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}

@@ -18,7 +18,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from relay.engine.metrics import Metrics
-from tests.support import prometheus
+from testbed import prometheus
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "ktm-rules.yml"

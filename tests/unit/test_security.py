@@ -27,7 +27,7 @@ from relay.clients.admin import client_settings
 from relay.clients.producer import producer_settings
 from relay.config import SASL_MECHANISMS, Config, Secret, load_config
 from relay.errors import ConfigError
-from tests.support.kafka import free_port
+from testbed.ports import free_port
 
 PASSWORD = "s3cr3t-Pa55word-never-shown"
 USERNAME = "relay-user"
@@ -187,7 +187,7 @@ def test_kafka_pythons_sasl_mechanisms_accept_the_settings(tmp_path: Path, mecha
 @pytest.mark.parametrize("tls", ["ca", "mutual"])
 def test_kafka_pythons_ssl_context_loads_the_files(tmp_path: Path, tls: str) -> None:
     """With real certificates (openssl), kafka-python builds its verifying context from them."""
-    from tests.support.tls_proxy import make_ca
+    from testbed.tls_proxy import make_ca
 
     made = make_ca(tmp_path / "ca")
     certs = {"ca": made.ca_cert, "cert": made.client_cert, "key": made.client_key}

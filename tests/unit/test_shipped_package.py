@@ -78,7 +78,14 @@ def test_an_incomplete_package_is_refused_naming_the_missing_file(tmp_path):
 @pytest.mark.parametrize(
     ("modules", "allowed"),
     [
-        (["relay.engine.spark", "relay.pipelines.relay.executor"], WORKER_NEEDS),
+        (
+            [
+                "relay.engine.spark",
+                "relay.pipelines.relay.executor",
+                "relay.pipelines.verify.executor",
+            ],
+            WORKER_NEEDS,
+        ),  # fmt: skip
         (
             [
                 "relay.engine.spark",
@@ -89,7 +96,7 @@ def test_an_incomplete_package_is_refused_naming_the_missing_file(tmp_path):
             WORKER_NEEDS | STORE_NEEDS,
         ),
     ],
-    ids=["relay", "store pipelines"],
+    ids=["relay and verify", "store pipelines"],
 )
 def test_the_executor_side_imports_only_what_a_worker_needs(modules, allowed):
     """An executor imports the task entry point (relay.engine.spark) and its pipeline's

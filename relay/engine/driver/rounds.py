@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from relay.engine.channel import ControlServer, Report
 from relay.engine.driver.groups import Groups, Load, worth_replanning
 from relay.engine.driver.retry import RetriableRoundError
-from relay.engine.driver.status import PartitionRow
+from relay.engine.driver.status import PartitionRow, Status
 from relay.engine.metrics import Metrics
 from relay.engine.spark import RoundJob
 from relay.errors import RelayError
@@ -114,6 +114,37 @@ class Round:
         )
         self.job.cancel()
         self.stop_asked_at = float("inf")  # cancel once
+
+
+@dataclass(frozen=True)
+class Outcome:
+    failures: list[GroupResult]  # tasks that failed (a lost lease is not a failure)
+    lost_lease: bool  # tasks stopped without a lease: where their partitions stand is unknown
+    source_trouble: bool  # a task failed reading its source (failover may help)
+
+
+def settle(current: Round, results: list[GroupResult], status: Status) -> Outcome:
+    """A round's end: its tasks' last progress into the status, one line for the log, and
+    what the runner must do next."""
+    wall = time.monotonic() - current.started
+    for result in results:
+        attempt = (result.round_id, result.task_id, result.attempt)
+        status.apply(attempt, result.partitions, trouble=result.trouble, throttled=result.throttled)
+    status.record_round(wall, current.stop_reason or "end")
+    failures = [r for r in results if r.error is not None]
+    source_trouble = any(r.error and r.error.kind == "source" for r in failures)
+    # A task that lost its lease stopped because this driver could not vouch for it (it was
+    # frozen, or lost its group membership): not a failure, but its last records may have
+    # landed unacknowledged, so the next round first re-reads where things stand.
+    lost = [r for r in failures if r.error is not None and r.error.kind == "channel"]
+    if lost:
+        log.info("round %d: %d task(s) stopped without a lease", current.round_id, len(lost))
+    log.info(
+        "round %d ended (%s) after %.1fs: %d tasks, %d records so far",
+        current.round_id, current.stop_reason or "done", wall, len(current.groups),
+        status.snapshot().relayed,
+    )  # fmt: skip
+    return Outcome([r for r in failures if r not in lost], bool(lost), source_trouble)
 
 
 def raise_for(failures: list[GroupResult], metrics: Metrics) -> None:

@@ -25,7 +25,7 @@ from relay.engine.driver.groups import Groups, Load, group_index, plan_groups
 from relay.engine.driver.limits import Shares
 from relay.engine.driver.membership import Membership
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
-from relay.engine.driver.rounds import TICK, Round, raise_for
+from relay.engine.driver.rounds import TICK, Round, raise_for, settle
 from relay.engine.driver.status import Status
 from relay.engine.driver.summary import RunSummary, summarize
 from relay.engine.metrics import Metrics
@@ -272,34 +272,12 @@ class Runner:
         )
 
     def _finish_round(self, current: Round, results: list[GroupResult]) -> None:
-        wall = time.monotonic() - current.started
         self._gap_from = current.stop_asked_at or time.monotonic()
-        for result in results:
-            attempt = (result.round_id, result.task_id, result.attempt)
-            self.status.apply(
-                attempt, result.partitions, trouble=result.trouble, throttled=result.throttled
-            )
-        self.status.record_round(wall, current.stop_reason or "end")
-        failures = [r for r in results if r.error is not None]
-        self._source_trouble = any(r.error and r.error.kind == "source" for r in failures)
-        # A task that lost its lease stopped because this driver could not vouch for it (it was
-        # frozen, or lost its group membership): not a failure, but its last records may have
-        # landed unacknowledged, so the next round first re-reads where things stand.
-        lost = [r for r in failures if r.error is not None and r.error.kind == "channel"]
-        failures = [r for r in failures if r not in lost]
-        if lost:
-            log.info("round %d: %d task(s) stopped without a lease", current.round_id, len(lost))
-            self._unsure = True
-        log.info(
-            "round %d ended (%s) after %.1fs: %d tasks, %d records so far",
-            current.round_id,
-            current.stop_reason or "done",
-            wall,
-            len(current.groups),
-            self.status.snapshot().relayed,
-        )
-        if failures:
-            self._fail(failures)
+        outcome = settle(current, results, self.status)
+        self._source_trouble = outcome.source_trouble
+        self._unsure = self._unsure or outcome.lost_lease
+        if outcome.failures:
+            raise_for(outcome.failures, self.metrics)
 
     def _plan(self, todo: list[PartitionRoute], slots: int) -> Groups:
         rows = self.status.rows()
@@ -429,9 +407,6 @@ class Runner:
         if switched:
             self._resync(todo, "failover")
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
-
-    def _fail(self, failures: list[GroupResult]) -> None:
-        raise_for(failures, self.metrics)
 
     def _summarize(self) -> None:
         members = self.membership

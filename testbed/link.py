@@ -6,7 +6,7 @@ Relays rarely run on loopback: a round trip between regions is 80-300 ms. `Link`
 from one side is written to the other `delay` seconds later (one way; the round trip is twice
 that), in order, at most `bandwidth` bytes per second per direction. The broker must advertise
 the link's address, so that every connection a client opens after bootstrap crosses it too
-(`tests.support.kafka.TansuBroker(advertised_port=...)`).
+(`testbed.tansu.TansuBroker(advertised_port=...)`).
 
 One asyncio loop on a thread of its own carries every connection; a chunk costs a timer, so a
 few hundred MB/s pass through on one core.
@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections import deque
 from pathlib import Path
+
+from testbed.ports import free_port
+from testbed.tansu import TansuBroker
 
 CHUNK = 256 * 1024
 
@@ -37,7 +39,7 @@ class Link:
         self.upstream_port = upstream_port
         self.delay = delay  # seconds, one way
         self.bandwidth = bandwidth  # bytes per second per direction; None: unbounded
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.carried = 0  # bytes, both directions
         self._thawed = asyncio.Event()
         self._loop = asyncio.new_event_loop()
@@ -155,12 +157,6 @@ class Link:
             reading.cancel()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class FarBroker:
     """A Tansu broker reachable only through a `Link`: it advertises the link's address, so
     every client connection (ktm's, the tests' own helpers') crosses the link. Set the delay to
@@ -170,8 +166,6 @@ class FarBroker:
 
     def __init__(self, name: str, *, delay: float = 0.0, log_dir: Path | None = None,
                  bandwidth: float | None = None):  # fmt: skip
-        from tests.support.kafka import TansuBroker, free_port
-
         inner = free_port()
         self.name = name
         self.link = Link(inner, delay=delay, bandwidth=bandwidth).start()

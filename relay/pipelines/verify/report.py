@@ -1,0 +1,92 @@
+"""What `ktm verify` prints and writes: one line per partition that is not exact, one summary
+line, and with `--report` every partition as JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from relay.pipelines.verify.spec import PartitionReport
+
+
+def name(report: PartitionReport) -> str:
+    dest = f"{report.dest[0]}[{report.dest[1]}]"
+    if report.key is None:
+        return f"{dest} (records naming no source of this config)"
+    return f"{report.key[0]}[{report.key[1]}] -> {dest}"
+
+
+def line(report: PartitionReport) -> str:
+    """`orders[1] -> copy[1]: 999 compared, 998 equal; missing 1 (first: source 500) ...`"""
+    head = f"{name(report)}: {report.compared} compared, {report.equal} equal"
+    if report.not_verified:
+        return f"{head}; NOT VERIFIED: {report.not_verified}"
+    if report.exact:
+        return f"{head}: exact"
+    first = {f.kind: f for f in report.first}
+    faults = [f"{kind} {count} (first: {_where(first[kind])})" for kind, count in report.counts]
+    return f"{head}; " + "; ".join(faults)
+
+
+def summary(reports: Sequence[PartitionReport]) -> str:
+    checked = [r for r in reports if r.key is not None]
+    exact = sum(r.exact for r in checked)
+    unverified = sum(bool(r.not_verified) for r in checked)
+    differ = len(checked) - exact - unverified
+    stray = sum(r.compared for r in reports if r.key is None)
+    compared = sum(r.compared for r in reports)
+    tail = f"; {stray} destination records name no source" if stray else ""
+    return (
+        f"verify: {len(checked)} partitions, {exact} exact, {differ} differ, {unverified} not "
+        f"verified; {compared} records compared{tail}"
+    )
+
+
+def first_fault(reports: Sequence[PartitionReport]) -> str | None:
+    """One line naming the first partition that is not exact, or None when all are."""
+    for report in reports:
+        if report.not_verified:
+            return f"{name(report)} was not verified: {report.not_verified}"
+        if not report.exact:
+            found = min(report.first, key=lambda f: (f.source_offset, f.dest_offset))
+            return f"{name(report)} differs: {found.kind} at {_where(found)}"
+    return None
+
+
+def write_json(path: Path, reports: Sequence[PartitionReport]) -> None:
+    doc = {
+        "exact": first_fault(reports) is None,
+        "summary": summary(reports),
+        "partitions": [_as_dict(r) for r in reports],
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _as_dict(report: PartitionReport) -> dict[str, Any]:
+    return {
+        "source": None if report.key is None else {"topic": report.key[0],
+                                                   "partition": report.key[1]},
+        "destination": {"topic": report.dest[0], "partition": report.dest[1]},
+        "range": [report.start, report.end],
+        "compared": report.compared,
+        "equal": report.equal,
+        "exact": report.exact,
+        "not_verified": report.not_verified or None,
+        "faults": {kind: count for kind, count in report.counts},
+        "first": {f.kind: {"source_offset": _none(f.source_offset),
+                           "destination_offset": _none(f.dest_offset)} for f in report.first},
+    }  # fmt: skip
+
+
+def _where(finding: Any) -> str:
+    if finding.dest_offset < 0:
+        return f"source offset {finding.source_offset}"
+    if finding.source_offset < 0:
+        return f"destination offset {finding.dest_offset}"
+    return f"source offset {finding.source_offset}, destination offset {finding.dest_offset}"
+
+
+def _none(offset: int) -> int | None:
+    return None if offset < 0 else offset
