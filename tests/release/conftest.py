@@ -9,13 +9,16 @@
   (`scripts/pack_venv.sh`) or a virtualenv holding exactly what the docs say executors need.
 
 Every virtualenv installs from the pip cache the test environment's own install filled, so
-the layer costs a minute or two, not downloads.
+the layer costs a minute or two, not downloads. Builds run on a private copy of the working
+tree (`source_copy`), never in the checkout: setuptools writes its staging folders beside the
+sources, and two pytest workers building in one tree at once removed each other's files.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -83,10 +86,33 @@ def new_venv(path: Path, *requirements: str | Path) -> Venv:
     return venv
 
 
+def fresh_copy(dest: Path) -> Path:
+    """What a clone of the working tree would hold: the files git tracks or would add (so an
+    uncommitted change is tried too), without .venv, caches or state."""
+    if not (REPO / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout: nothing to clone")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout.decode()  # fmt: skip
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="session")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
+def source_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This worker's own copy of the working tree, to build and pack from."""
+    return fresh_copy(tmp_path_factory.mktemp("source") / "ktm")
+
+
+@pytest.fixture(scope="session")
+def dist(source_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Dist:
     out = tmp_path_factory.mktemp("dist")
-    sh(sys.executable, "-m", "build", "--outdir", out, REPO)
+    sh(sys.executable, "-m", "build", "--outdir", out, source_copy)
     sdists, wheels = sorted(out.glob("ktm-*.tar.gz")), sorted(out.glob("ktm-*.whl"))
     assert len(sdists) == 1 and len(wheels) == 1, sorted(out.iterdir())
     return Dist(sdists[0], wheels[0])
@@ -123,10 +149,10 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
-def packed_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def packed_env(source_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The docs' "Scaling out" archive, made as they say: scripts/pack_venv.sh."""
     out = tmp_path_factory.mktemp("packed") / "ktm-env.tar.gz"
     env = {**os.environ, "PYTHON": getattr(sys, "_base_executable", sys.executable)}
     env.pop("VIRTUAL_ENV", None)
-    sh("bash", REPO / "scripts" / "pack_venv.sh", out, env=env)
+    sh("bash", source_copy / "scripts" / "pack_venv.sh", out, env=env)
     return out

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.release.conftest import REPO
+from tests.release.conftest import REPO, fresh_copy
 
 pytestmark = [pytest.mark.timeout(900)]
 
@@ -26,23 +25,6 @@ def try_it() -> tuple[str, int]:
     assert promise is not None, "the try-it paragraph names no record count"
     command = after.split("```bash\n", 1)[1].split("```", 1)[0].strip()
     return command, int(promise.group(1).replace(",", ""))
-
-
-def fresh_copy(dest: Path) -> Path:
-    """What a clone of the working tree would hold: the files git tracks or would add (so an
-    uncommitted change is tried too), without .venv, caches or state."""
-    if not (REPO / ".git").exists() or shutil.which("git") is None:
-        pytest.skip("not a git checkout: nothing to clone")
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, check=True,
-    ).stdout.decode()  # fmt: skip
-    for name in filter(None, listed.split("\0")):
-        source = REPO / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-    return dest
 
 
 def test_the_readme_try_it_command_runs_and_prints_the_promised_count(tmp_path: Path):
