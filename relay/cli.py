@@ -196,20 +196,58 @@ def compact_command(level: int, min_age: float, delete: bool, **flags: Any) -> N
 
 @main.command("verify")
 @_options("config", "mode", "filter", "master")
+@click.option(
+    "--store",
+    "of_backup",
+    is_flag=True,
+    help="Verify a backup: [store]'s segments against their [[sources]] topics.",
+)
+@click.option(
+    "--from-store",
+    "of_restore",
+    is_flag=True,
+    help="Verify a restore: [target]'s topics against the [store] they came from.",
+)
 @click.option("--partitions", "partitions", multiple=True, metavar="TOPIC[:N,M]",
               help="Only these source partitions (repeatable): topic, or topic:0,1.")  # fmt: skip
+@click.option("--from-time", type=TimeParam(), default=None,
+              help="Only source records from this time (ISO 8601 or ms).")  # fmt: skip
+@click.option("--until-time", type=TimeParam(), default=None,
+              help="Only source records before this time.")  # fmt: skip
+@click.option(
+    "--sample",
+    type=click.FloatRange(0.0, 1.0, min_open=True),
+    default=1.0,
+    help="Check this fraction of blocks of 1,000 offsets (the same on every run).",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Keep verifying behind a running copy until stopped ([verify], /metrics).",
+)
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               help="Write every partition's result to this JSON file.")  # fmt: skip
-def verify_command(partitions: tuple[str, ...], report_path: str | None, **flags: Any) -> None:
-    """Prove the relay's destination exact, record by record (exit 0 exact, 1 differs, 2 could
-    not verify). Reads both clusters, writes nothing."""
+def verify_command(
+    of_backup: bool, of_restore: bool, partitions: tuple[str, ...], from_time: int | None,
+    until_time: int | None, sample: float, follow: bool, report_path: str | None, **flags: Any,
+) -> None:  # fmt: skip
+    """Prove a copy exact, record by record (exit 0 exact, 1 differs, 2 could not verify):
+    a relay's destinations, a backup (--store) or a restore (--from-store). Writes nothing."""
     from pathlib import Path
 
-    from relay.commands.verify import verify
+    from relay.commands.verify import VerifyOptions, verify
+    from relay.pipelines.verify.spec import Scope
 
-    opts = _opts(flags)
+    if of_backup and of_restore:
+        raise click.UsageError("--store and --from-store exclude each other")
+    kind = "backup" if of_backup else "restore" if of_restore else "relay"
+    scope = Scope(sample, from_time, until_time)
+    if follow and report_path:
+        raise click.UsageError("--report is for one check; --follow exports metrics instead")
     path = Path(report_path) if report_path else None
-    sys.exit(run_guarded(opts.debug, lambda: verify(opts, partitions, path)))
+    options = VerifyOptions(kind, partitions, path, scope, follow)
+    opts = _opts(flags)
+    sys.exit(run_guarded(opts.debug, lambda: verify(opts, options)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -66,11 +66,26 @@ def _close(batch: list[Any], frames: list[bytes], origin: Origin, codec: int) ->
 def _frame(record: Any, timestamp_delta: int, offset_delta: int, extra_header: bytes) -> bytes:
     """One record: attributes 0, its deltas, key, value, its headers and `extra_header` (an
     encoded header, or b"") after them."""
-    key, value, headers = record.key, record.value, record.headers or ()
+    body = b"".join(
+        (
+            b"\x00",
+            encode_varint(timestamp_delta),
+            encode_varint(offset_delta),
+            frame_fields(record.key, record.value, record.headers or (), extra_header),
+        )
+    )
+    return encode_varint(len(body)) + body
+
+
+def frame_fields(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+    extra_header: bytes = b"",
+) -> bytes:
+    """A record's key, value and headers framed as in a batch (what follows its deltas): the
+    bytes a relay copies unchanged, which ktm verify compares."""
     parts = [
-        b"\x00",
-        encode_varint(timestamp_delta),
-        encode_varint(offset_delta),
         _NULL if key is None else encode_varint(len(key)) + key,
         _NULL if value is None else encode_varint(len(value)) + value,
         encode_varint(len(headers) + (1 if extra_header else 0)),
@@ -82,5 +97,4 @@ def _frame(record: Any, timestamp_delta: int, offset_delta: int, extra_header: b
             _NULL if header_value is None else encode_varint(len(header_value)) + header_value
         )
     parts.append(extra_header)
-    body = b"".join(parts)
-    return encode_varint(len(body)) + body
+    return b"".join(parts)

@@ -23,6 +23,7 @@ from relay.config.model import (
     StoreConfig,
     TargetConfig,
     TopicRoute,
+    VerifyConfig,
 )
 from relay.config.readers import (
     COMPRESSIONS,
@@ -55,6 +56,7 @@ __all__ = [
     "StoreConfig",
     "TargetConfig",
     "TopicRoute",
+    "VerifyConfig",
     "load_config",
     "parse_duration",
     "parse_size",

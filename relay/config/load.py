@@ -22,6 +22,7 @@ from relay.config.model import (
     StoreConfig,
     TargetConfig,
     TopicRoute,
+    VerifyConfig,
 )
 from relay.config.readers import (
     _TOPIC_NAME,
@@ -76,6 +77,7 @@ def load_config(
         filters=_filters(doc, cli_filters),
         store=_store(doc.sub("store"), sources) if "store" in doc.mapping else None,
         limits=_build(LimitsConfig, doc.sub("limits")),
+        verify=_build(VerifyConfig, doc.sub("verify")),
     )
 
 

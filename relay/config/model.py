@@ -260,6 +260,19 @@ class GroupsConfig:
 
 
 @dataclass(frozen=True)
+class VerifyConfig:
+    """`[verify]`: `ktm verify --follow`, verifying behind a running copy."""
+
+    # How long a follower rests between two passes over what the copy wrote since the last.
+    interval: float = field(default=1.0, metadata=_reads(_duration, minimum=0.1))
+    # Where `ktm verify --follow` serves /metrics and /healthz (beside a relay, which has
+    # [app].metrics_addr: another port); "" turns it off.
+    metrics_addr: tuple[str, int] | None = field(
+        default=("127.0.0.1", 7082), metadata=_reads(_metrics_addr)
+    )
+
+
+@dataclass(frozen=True)
 class FilterConfig:
     """A `[filters.<id>]` section, or a filter named only with `--filter PATH`."""
 
@@ -315,6 +328,7 @@ class Config:
     discover: DiscoverConfig = DiscoverConfig()
     groups: GroupsConfig = GroupsConfig()
     limits: LimitsConfig = LimitsConfig()
+    verify: VerifyConfig = VerifyConfig()
 
     def need_target(self) -> TargetConfig:
         if self.target is None:

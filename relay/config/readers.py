@@ -24,7 +24,7 @@ ON_ERROR = ("stop", "skip")
 ON_MISMATCH = ("stop", "continue")
 TOP_LEVEL_KEYS = (
     "app", "spark", "topics", "discover", "groups", "sources", "source_pool", "target",
-    "filters", "store", "limits",
+    "filters", "store", "limits", "verify",
 )  # fmt: skip
 DISCOVER_STARTS = ("beginning", "end")
 # The topic configs MirrorMaker 2 never copies (its DefaultConfigPropertyFilter): they describe

@@ -197,6 +197,7 @@ class Metrics:
             registry=r,
         )
         self._topic_and_group_metrics(r)
+        self._verify_metrics(r)
 
     def _topic_and_group_metrics(self, r: CollectorRegistry) -> None:
         """Topics found while running, and consumer groups carried over ([discover], [groups])."""
@@ -236,6 +237,34 @@ class Metrics:
             "ktm_group_active_on_target",
             "1 while a carried group has members on the target (ktm then commits nothing for it)",
             ("group",),
+            registry=r,
+        )
+
+    def _verify_metrics(self, r: CollectorRegistry) -> None:
+        """`ktm verify --follow`: how far each source partition's copy is proven exact."""
+        labels = ("source_topic", "source_partition")
+        self.verified_next = Gauge(
+            "ktm_verified_next_offset",
+            "First source offset not verified yet: every record before it was found exactly once "
+            "in the copy (or rightly absent), or counted in ktm_verify_mismatches_total",
+            labels,
+            registry=r,
+        )
+        self.verify_mismatches = Counter(
+            "ktm_verify_mismatches",
+            "Records of the copy found to differ from the source, by kind (missing, duplicated, "
+            "different:<field>, out_of_order, unexpected)",
+            (*labels, "kind"),
+            registry=r,
+        )
+        self.verified = Counter(
+            "ktm_verified_records", "Records of the copy compared with the source", labels,
+            registry=r,
+        )  # fmt: skip
+        self.verify_age = Gauge(
+            "ktm_verify_age_seconds",
+            "Seconds since the last verify pass ended (copy: relay, backup or restore)",
+            ("copy",),
             registry=r,
         )
 

@@ -22,6 +22,7 @@ from scripts.bench import (
     measure_scale,
     measure_stop,
     measure_store,
+    measure_verify,
 )
 from scripts.bench.contenders import Bench, has_confluent, ktm_version
 from scripts.bench.data import Cluster
@@ -45,6 +46,8 @@ MEASURES: dict[str, Callable[[Bench, Options], Table]] = {
     "groups": measure_groups.groups,
     "links": measure_links.links,
     "scale": measure_scale.scale,
+    "verify": measure_verify.verify,
+    "verify_follow": measure_verify.verify_follow,
 }
 BAD_CHECKS = ("WRONG", "FAILED")
 

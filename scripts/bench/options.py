@@ -24,9 +24,12 @@ SECTIONS = (
     "groups",
     "links",
     "scale",
+    "verify",
+    "verify_follow",
 )
-# scaling, links and scale are optional: big backlogs, several Spark runs each
-DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("scaling", "links", "scale"))
+# scaling, links, scale and the verify sections are optional: big backlogs, several Spark runs
+OPTIONAL = ("scaling", "links", "scale", "verify", "verify_follow")
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in OPTIONAL)
 STORE_KINDS = ("dir", "s3")
 
 
@@ -53,6 +56,7 @@ class Options:
     scale_cases: tuple[tuple[int, int], ...] = ()  # (topics of 5 partitions, records)
     groups_cases: tuple[tuple[int, int, int], ...] = ()  # (groups, partitions, per group)
     repeat: int = 1  # runs of each section; tables show the median and range
+    verify_records: tuple[int, ...] = ()  # records the verify section proves, case by case
 
 
 # option: (full run, --quick). --quick keeps every section's shape (partition counts included)
@@ -71,6 +75,7 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "roundtrip_records": (1_000_000, 60_000),
     "scale_cases": (((400, 120_000), (400, 1_200_000)), ((40, 12_000),)),
     "groups_cases": (((20, 16, 16),), ((20, 16, 16),)),
+    "verify_records": ((1_000_000,), (50_000,)),
 }
 
 
@@ -181,6 +186,11 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
         help="scale section: TOPICS:RECORDS,... (5 partitions a topic) [400:120000,400:1200000]",
     )
     p.add_argument(
+        "--verify-records",
+        type=ints,
+        help="verify section: the backlogs ktm verify proves, e.g. 1000000,10000000 [1000000]",
+    )
+    p.add_argument(
         "--store",
         type=names(STORE_KINDS),
         default=("dir",),
@@ -226,4 +236,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         scale_cases=pick("scale_cases"),
         groups_cases=pick("groups_cases"),
         repeat=args.repeat,
+        verify_records=pick("verify_records"),
     )

@@ -15,17 +15,18 @@ import pytest
 
 from relay.config import load_config
 from relay.engine.batch import run_on
-from relay.engine.driver.runner import Runner
 from relay.engine.metrics import Metrics
 from relay.pipelines.compact.driver import CompactOptions, CompactPipeline
-from relay.pipelines.jobs import RunSummary, backup_job, relay_job, restore_job
+from relay.pipelines.jobs import backup_job, relay_job, restore_job
 from relay.pipelines.restore.driver import RestoreOptions
 from relay.pipelines.restore.translate import carry_groups
+from relay.pipelines.verify.spec import Scope
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
 from relay.store.layout import temp_name
 from testbed.records import Record, produce, read_all, record_count
 from testbed.topics import create_topic, unique_topic
+from tests.support.inprocess import assert_verified, backup, restore, verify_once
 from tests.support.relay import (
     committed_offsets,
     produce_null_record,
@@ -65,23 +66,6 @@ def config(
         path, source=source, target=target, topics=topics, source_name="prod", app=app,
         extra=f'\n[store]\nurl = "{store}"\n{store_keys}\n',
     )  # fmt: skip
-
-
-def backup(conf: Path, stop_at_end: bool = True) -> RunSummary:
-    runner = backup_job(load_config(conf), stop_at_end=stop_at_end, stop_event=threading.Event(),
-                    metrics=Metrics())  # fmt: skip
-    with runner:
-        runner.prepare()
-        return runner.run()
-
-
-def restore(conf: Path, **options: Any) -> tuple[RunSummary, Runner]:
-    runner = restore_job(load_config(conf), stop_at_end=not options.get("follow", False),
-                         stop_event=threading.Event(), metrics=Metrics(),
-                         options=RestoreOptions(**options))  # fmt: skip
-    with runner:
-        runner.prepare()
-        return runner.run(), runner
 
 
 def view(record: Any) -> tuple[Any, ...]:
@@ -130,10 +114,12 @@ def test_backup_then_restore_is_an_exact_copy(source_broker, target_broker, topi
     for partition in range(3):
         plan = chain_of(conf, src, partition)
         assert not plan.problems and len(plan.links) >= 2  # 70-record segments chain
+    assert_verified(verify_once(conf, spark, "backup"), 601)  # ktm verify --store
 
     summary, _ = restore(conf, create_topics=True)
     assert summary.relayed == 601
     assert_same(read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst))
+    assert_verified(verify_once(conf, spark, "restore"), 601)  # ktm verify --from-store
 
     again, _ = restore(conf)  # a second run writes nothing
     assert again.relayed == 0
@@ -181,6 +167,12 @@ def test_jsonl_segments_and_a_time_window(source_broker, target_broker, topics, 
         p: [r for r in rs if window[0] <= r.timestamp < window[1]] for p, rs in source.items()
     }
     assert_same(inside, read_all(target_broker.bootstrap, dst))
+    # ktm verify --from-store --from-time --until-time: the point-in-time copy is exact, and
+    # the same copy checked whole lacks exactly the records outside the window.
+    in_window = Scope(from_time=window[0], until_time=window[1])
+    assert_verified(verify_once(conf, spark, "restore", scope=in_window), 100)
+    whole = verify_once(conf, spark, "restore")
+    assert sum(dict(r.counts).get("missing", 0) for r in whole) == 200
 
 
 def test_s3_store_backup_compaction_and_restore(
@@ -203,6 +195,8 @@ def test_s3_store_backup_compaction_and_restore(
     assert (merged.merged, merged.inputs, merged.deleted) == (3, 6, 6)  # 2 segments each -> 1
     assert summary.relayed == 450
     assert_same(read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst))
+    assert_verified(verify_once(conf, spark, "backup"), 450)  # the compacted store, on S3
+    assert_verified(verify_once(conf, spark, "restore"), 450)
 
 
 # --- continuity with the relay, consumer groups -------------------------------------------------
@@ -224,6 +218,7 @@ def test_relay_after_restore_continues_without_gap_or_duplicate(
 
     assert summary.relayed == 150  # resumed after the last restored offset
     assert_same(read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst))
+    assert_verified(verify_once(conf, spark), 450)  # restored and relayed: one exact copy
 
 
 def test_consumer_group_offsets_are_translated_to_the_restored_records(

@@ -5,18 +5,22 @@ its kind and its offsets, and nothing else; bad input is one line and exit 2."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from relay.config import load_config
-from relay.engine.batch import run_on
-from relay.pipelines.verify.driver import VerifyPipeline, parse_partitions, plan_verify
+from relay.engine.metrics import Metrics
+from relay.pipelines.verify.driver import VerifyPipeline
+from relay.pipelines.verify.follow import Follower
+from relay.pipelines.verify.plan import plan_verify
 from relay.pipelines.verify.spec import PartitionReport
 from testbed.ktm_process import assert_one_error_line, run_ktm
 from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic
-from tests.support.inprocess import relay_once
+from tests.support.feeder import Feeder
+from tests.support.inprocess import Background, assert_verified, backup, relay_once, verify_once
 from tests.support.relay import write_config
 
 pytestmark = pytest.mark.timeout(180)
@@ -39,9 +43,7 @@ def source_topic(source_broker) -> str:
 
 
 def verify(config: Path, spark, partitions: tuple[str, ...] = ()) -> list[PartitionReport]:
-    cfg = load_config(config)
-    plan = plan_verify(cfg, False, parse_partitions(partitions))
-    return run_on(VerifyPipeline(plan, 30.0), spark)
+    return verify_once(config, spark, "relay", partitions)
 
 
 def faults(reports: list[PartitionReport]) -> dict[object, dict[str, tuple[int, int, int]]]:
@@ -82,34 +84,55 @@ def test_a_relayed_copy_verifies_exact_also_filtered_and_only_then(
     assert [r.key for r in verify(config, spark, (f"{source_topic}:1",))] == [(source_topic, 1)]
 
 
-def copy_with(source: list[Record], topic: str, order: list[int]) -> list[Record]:
+def copy_with(source: list[Record], topic: str, order: list[int], change=None) -> list[Record]:
     """Partition 0's records at the given source offsets, each with a record-form provenance
-    header (as ktm's record path writes it)."""
+    header (as ktm's record path writes it); `change` (index, function) alters one copy, and
+    an index of -1 in `order` is a record naming no source."""
     records = [r for r in source if r.partition == 0]
-    return [Record(key=records[i].key, value=records[i].value,
-                   headers=[*records[i].headers, ("ktm.src", b"src/%s/0/%d" % (topic.encode(), i))],
-                   partition=0, timestamp_ms=records[i].timestamp_ms)
-            for i in order]  # fmt: skip
+    out = []
+    for i in order:
+        if i < 0:
+            out.append(Record(value=b"from nowhere", partition=0))
+            continue
+        r = records[i]
+        copy = Record(
+            key=r.key,
+            value=r.value,
+            partition=0,
+            timestamp_ms=r.timestamp_ms,
+            headers=[*r.headers, ("ktm.src", b"src/%s/0/%d" % (topic.encode(), i))],
+        )
+        out.append(change[1](copy) if change and change[0] == i else copy)
+    return out
 
 
-FAULTS = {
-    "missing": (lambda o: o[:40] + o[41:], {"missing": (1, 40, -1)}),
-    "duplicated": (lambda o: o[:41] + [40] + o[41:], {"duplicated": (1, 40, 41)}),
-    "swapped": (lambda o: o[:40] + [41, 40] + o[42:], {"out_of_order": (1, 40, 41)}),
-}
+LAST = RECORDS // 2 - 1  # partition 0 holds source offsets 0..LAST
+FAULTS = {  # order of the copy, a change to one record, what verify must report (and only it)
+    "missing at the head": (lambda o: o[1:], None, {"missing": (1, 0, -1)}),
+    "missing in the middle": (lambda o: o[:40] + o[41:], None, {"missing": (1, 40, -1)}),
+    "missing at the tail": (lambda o: o[:-1], None, {"missing": (1, LAST, -1)}),
+    "one duplicated": (lambda o: o[:41] + [40] + o[41:], None, {"duplicated": (1, 40, 41)}),
+    "a batch twice": (lambda o: o[:50] + o[40:50] + o[50:], None, {"duplicated": (10, 40, 50)}),
+    "two swapped": (lambda o: o[:40] + [41, 40] + o[42:], None, {"out_of_order": (1, 40, 41)}),
+    "a value changed": (lambda o: o, (30, lambda r: r._replace(value=b"x")),
+                        {"different:value": (1, 30, 30)}),
+    "a key changed": (lambda o: o, (30, lambda r: r._replace(key=b"x")),
+                      {"different:key": (1, 30, 30)}),
+    "a header changed": (lambda o: o, (30, lambda r: r._replace(headers=[("h", b"x"),
+                         *r.headers[1:]])), {"different:headers": (1, 30, 30)}),
+    "a timestamp changed": (lambda o: o, (30, lambda r: r._replace(timestamp_ms=1)),
+                            {"different:timestamp": (1, 30, 30)}),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_one_fault_in_a_destination_is_found_named_and_located(
     source_broker, target_broker, source_topic, spark, tmp_path, fault
 ):
-    reorder, expected = FAULTS[fault]
-    dest = create_topic(target_broker.bootstrap, unique_topic(f"verify-{fault}"), partitions=1)
-    produce(
-        target_broker.bootstrap,
-        dest,
-        copy_with(source_records(), source_topic, reorder(list(range(RECORDS // 2)))),
-    )
+    reorder, change, expected = FAULTS[fault]
+    dest = create_topic(target_broker.bootstrap, unique_topic("verify-fault"), partitions=1)
+    order = reorder(list(range(RECORDS // 2)))
+    produce(target_broker.bootstrap, dest, copy_with(source_records(), source_topic, order, change))
     config = write_config(
         tmp_path / "c.toml",
         source=source_broker.bootstrap,
@@ -118,6 +141,50 @@ def test_one_fault_in_a_destination_is_found_named_and_located(
     )
     reports = verify(config, spark, (f"{source_topic}:0",))
     assert faults(reports) == {(source_topic, 0): expected}
+
+
+def test_a_record_no_source_explains_is_reported_under_its_destination(
+    source_broker, target_broker, source_topic, spark, tmp_path
+):
+    dest = create_topic(target_broker.bootstrap, unique_topic("verify-stray"), partitions=1)
+    order = [*range(60), -1, *range(60, RECORDS // 2)]
+    produce(target_broker.bootstrap, dest, copy_with(source_records(), source_topic, order))
+    config = write_config(
+        tmp_path / "c.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={source_topic: f"{dest}:0"},
+    )
+    reports = verify(config, spark, (f"{source_topic}:0",))
+    assert faults(reports) == {None: {"unexpected": (1, -1, 60)}}
+    assert [r.equal for r in reports if r.key is not None] == [RECORDS // 2]
+
+
+def test_a_backup_verifies_exact_and_a_lost_segment_is_named(
+    source_broker, source_topic, spark, tmp_path
+):
+    store = tmp_path / "store"
+    config = write_config(
+        tmp_path / "b.toml",
+        source=source_broker.bootstrap,
+        target="127.0.0.1:9",
+        topics={source_topic: source_topic},
+        extra=f'\n[store]\nurl = "{store}"\nmax_segment_records = 20\n',
+    )
+    backup(config)
+    assert_verified(verify_once(config, spark, "backup"), RECORDS)
+    segments = sorted((store / "src" / source_topic / "0" / "0").glob("*.parquet"))
+    assert len(segments) == 5  # 100 records of partition 0 in segments of 20
+    segments[2].unlink()  # offsets 40..59
+    reports = verify_once(config, spark, "backup", (f"{source_topic}:0",))
+    assert faults(reports) == {(source_topic, 0): {"missing": (20, 40, -1)}}
+    (lost,) = reports
+    assert lost.notes == (f"offsets 40-59 are missing between {_key(segments[1], store)} and "
+                          f"{_key(segments[3], store)}",)  # fmt: skip
+
+
+def _key(segment: Path, store: Path) -> str:
+    return segment.relative_to(store).as_posix()
 
 
 def test_the_cli_exits_0_exact_1_naming_the_fault_and_2_on_bad_input(
@@ -160,3 +227,45 @@ def test_the_cli_exits_0_exact_1_naming_the_fault_and_2_on_bad_input(
     run = run_ktm(tmp_path, "--config", str(gone), command="verify", timeout=60)
     assert_one_error_line(run, 2, "no-such-topic")
     assert read_all(target_broker.bootstrap, dest)[0][-1].value == b"stray"  # nothing written
+
+
+def test_following_a_running_relay_proves_what_it_copied_and_finds_a_fault_behind_it(
+    source_broker, target_broker, spark, tmp_path
+):
+    topic = create_topic(source_broker.bootstrap, unique_topic("verify-follow"), partitions=1)
+    dest = create_topic(target_broker.bootstrap, unique_topic("verify-follow-dst"), partitions=1)
+    config = write_config(tmp_path / "f.toml", source=source_broker.bootstrap,
+                          target=target_broker.bootstrap, topics={topic: dest})  # fmt: skip
+    feeder = Feeder(source_broker.bootstrap, topic, 1, per_batch=20, pause=0.05)
+    relay = Background(config, failover=False)
+    plan = plan_verify(load_config(config), "relay", False, None, follow=True)
+    follower = Follower(VerifyPipeline(plan, 30.0, follow=True), metrics := Metrics())
+    labels = {"source_topic": topic, "source_partition": "0"}
+
+    def verified() -> float:
+        return metrics.registry.get_sample_value("ktm_verified_next_offset", labels) or 0
+
+    try:
+        deadline = time.monotonic() + 90
+        while verified() < 300:  # passes behind the running relay
+            assert time.monotonic() < deadline and relay.error is None, relay.error
+            follower.one_pass(spark)
+        assert follower.mismatches == 0
+        # A fault behind the relay: offset 5 written again, as a second copy would be.
+        fifth = read_all(source_broker.bootstrap, topic)[0][5]
+        header = ("ktm.src", b"src/%s/0/5" % topic.encode())
+        again = [Record(key=fifth.key, value=fifth.value, headers=[*fifth.headers, header],
+                        partition=0, timestamp_ms=fifth.timestamp)]  # fmt: skip
+        produce(target_broker.bootstrap, dest, again)
+        while not follower.mismatches:
+            assert time.monotonic() < deadline, "the duplicate was not found"
+            follower.one_pass(spark)
+        duplicated = {**labels, "kind": "duplicated"}
+        assert metrics.registry.get_sample_value("ktm_verify_mismatches_total", duplicated) == 1
+    finally:
+        sent = feeder.stop()
+        relay.finish()
+    while verified() < sent:  # the relay copied everything: the follower proves it all
+        assert time.monotonic() < deadline + 60, (verified(), sent)
+        follower.one_pass(spark)
+    assert follower.mismatches == 1 and verified() == sent

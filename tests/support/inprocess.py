@@ -1,14 +1,23 @@
-"""A relay run in-process, wired like the CLI does (without signal handlers and the metrics
+"""Pipelines run in-process, wired like the CLI does (without signal handlers and the metrics
 server), on the test session's shared local SparkSession."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from relay.config import load_config
+from relay.engine.driver.runner import Runner
 from relay.engine.metrics import Metrics
-from relay.pipelines.jobs import RunSummary, relay_job
+from relay.pipelines.jobs import RunSummary, backup_job, relay_job, restore_job
+from relay.pipelines.restore.driver import RestoreOptions
+from relay.pipelines.verify.driver import VerifyPipeline, verify_all
+from relay.pipelines.verify.plan import parse_partitions, plan_verify
+from relay.pipelines.verify.spec import PartitionReport, Scope
+
+NEEDS = {"relay": {"sources", "target"}, "backup": {"sources", "store"},
+         "restore": {"store", "target"}}  # fmt: skip
 
 
 def relay_once(config: Path) -> tuple[RunSummary, Metrics]:
@@ -23,6 +32,39 @@ def relay_once(config: Path) -> tuple[RunSummary, Metrics]:
     finally:
         relay.close()
     return summary, metrics
+
+
+def backup(conf: Path, stop_at_end: bool = True) -> RunSummary:
+    runner = backup_job(load_config(conf), stop_at_end=stop_at_end, stop_event=threading.Event(),
+                        metrics=Metrics())  # fmt: skip
+    with runner:
+        runner.prepare()
+        return runner.run()
+
+
+def restore(conf: Path, **options: Any) -> tuple[RunSummary, Runner]:
+    runner = restore_job(load_config(conf), stop_at_end=not options.get("follow", False),
+                         stop_event=threading.Event(), metrics=Metrics(),
+                         options=RestoreOptions(**options))  # fmt: skip
+    with runner:
+        runner.prepare()
+        return runner.run(), runner
+
+
+def verify_once(
+    conf: Path, engine: Any, kind: str = "relay", partitions: tuple[str, ...] = (),
+    scope: Scope | None = None,
+) -> list[PartitionReport]:  # fmt: skip
+    """`ktm verify` (`--store` for kind "backup", `--from-store` for "restore"), whole."""
+    cfg = load_config(conf, needs=frozenset(NEEDS[kind]))
+    plan = plan_verify(cfg, kind, False, parse_partitions(partitions), scope)
+    return verify_all(VerifyPipeline(plan, 30.0), engine, lambda progress: None)
+
+
+def assert_verified(reports: list[PartitionReport], records: int) -> None:
+    """Every partition exact, `records` compared in all."""
+    assert [r for r in reports if not r.exact] == []
+    assert sum(r.compared for r in reports) == records
 
 
 def produced_metric(metrics: Metrics, src: str, p: int, dst: str, dst_p: int) -> float | None:

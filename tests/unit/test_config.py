@@ -25,6 +25,7 @@ from relay.config import (
     StoreConfig,
     TargetConfig,
     TopicRoute,
+    VerifyConfig,
     load_config,
     parse_duration,
 )
@@ -365,6 +366,7 @@ def test_sample_documents_every_key(tmp_path: Path) -> None:
     assert set(doc["filters"]["drop_pii"]) == names(FilterConfig, "id", "from_section")
     assert set(doc["store"]) == names(StoreConfig)
     assert set(doc["limits"]) == names(LimitsConfig)
+    assert set(doc["verify"]) == names(VerifyConfig)
 
 
 # Durations, topics, small parsers

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from relay.batches import split_batches
 from relay.batches.provenance import PROVENANCE_HEADER, format_runs
-from relay.pipelines.verify.compare import Checker, claims, expected
-from relay.pipelines.verify.spec import Feeder, PartitionReport
+from relay.pipelines.verify.compare import (
+    Checker,
+    ClaimedRuns,
+    claims,
+    differing_field,
+    expected,
+    stored_copy,
+)
+from relay.pipelines.verify.spec import Feeder, PartitionReport, Scope
+from relay.store import StoredRecord
 from tests.support.batches import Rec, make_batch, recs
 
 KEY = ("orders", 0)
@@ -49,11 +59,14 @@ def _runs(offsets: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def check(dest: bytes, src: list[Rec] | None = None, kept=lambda r: True) -> PartitionReport:
+def check(
+    dest: bytes, src: list[Rec] | None = None, kept=lambda r: True, scope: Scope | None = None
+) -> PartitionReport:
     src = src if src is not None else source()
+    scope = scope or Scope()
     batches, _ = split_batches(make_batch(src))
-    end = src[-1].offset + 1
-    checker = Checker(Feeder(KEY, 0, end), DEST, expected([batches], 0, end, kept))
+    feeder = Feeder(KEY, 0, src[-1].offset + 1)
+    checker = Checker(feeder, DEST, expected([batches], feeder, scope, kept), scope)
     dest_split, _ = split_batches(dest)
     for batch in dest_split:
         for claim in claims(batch):
@@ -123,3 +136,88 @@ def test_a_source_with_compaction_gaps_verifies_exact_against_its_copy():
     gappy = recs(0, 10, step=3, size=20)  # offsets 0, 3, 6, ...
     report = check(dest_batches(gappy), src=gappy)
     assert report.exact and report.equal == 10
+
+
+def test_a_sample_checks_the_same_blocks_on_every_run_and_only_those():
+    src = recs(0, 4000, size=10)
+    scope = Scope(sample=0.5)
+    picked = [b for b in range(4) if scope.picked(KEY, b * 1000)]
+    assert picked == [b for b in range(4) if Scope(sample=0.5).picked(KEY, b * 1000)]
+    assert 0 < len(picked) < 4  # this key and fraction pick some blocks, not all
+    whole = check(dest_batches(src, per_batch=100), src=src, scope=scope)
+    assert whole.exact and whole.equal == 1000 * len(picked)
+    skipped = next(b for b in range(4) if b not in picked)
+    gone = [r for r in src if r.offset != skipped * 1000 + 5]  # a fault the sample cannot see
+    assert check(dest_batches(gone, per_batch=100), src=src, scope=scope).exact
+    lost = picked[0] * 1000 + 5
+    seen = [r for r in src if r.offset != lost]
+    report = check(dest_batches(seen, per_batch=100), src=src, scope=scope)
+    assert faults(report) == {"missing": (1, lost, -1)}
+
+
+def test_records_outside_the_time_window_are_read_not_checked():
+    src = source()
+    window = Scope(from_time=src[5].timestamp, until_time=src[15].timestamp)
+    inside = [r for r in src if 5 <= r.offset < 15]
+    report = check(dest_batches(inside), scope=window)  # a point-in-time copy
+    assert report.exact and report.equal == 10
+    changed = [r._replace(value=b"x") if r.offset == 2 else r for r in src]
+    assert check(dest_batches(changed), scope=window).exact  # the change is outside
+
+
+def test_a_stored_copy_compares_the_timestamp_type_too():
+    record = StoredRecord(5, 1000, 0, b"k", b"v", (("h", b"1"),))
+    same = stored_copy(record, keep_type=True)
+    assert differing_field(same, stored_copy(record, keep_type=True)) is None
+    appended = stored_copy(dataclasses.replace(record, timestamp_type=1), keep_type=True)
+    assert differing_field(same, appended) == "timestamp_type"
+    assert differing_field(same, stored_copy(record, keep_type=False)) == "timestamp_type"
+    # Framed as a batch frames it: the copy of a record read from Kafka is the same bytes.
+    batch = split_batches(make_batch([Rec(5, 1000, b"k", b"v", [("h", b"1")])]))[0][0]
+    from_kafka = next(expected([[batch]], Feeder(KEY, 0, 6), Scope(), None, keep_type=True))
+    assert from_kafka == (5, same)
+
+
+def test_following_a_relay_each_pass_settles_what_lies_below_the_highest_claim():
+    src = source()
+    feeder = Feeder(KEY, 0, 20)
+    batches, _ = split_batches(make_batch(src))
+    checker = Checker(feeder, DEST, expected([batches], feeder, Scope(), None), Scope())
+    first_pass, _ = split_batches(dest_batches([r for r in src[:10] if r.offset != 4]))
+    for batch in first_pass:
+        for claim in claims(batch):
+            checker.claim(claim.source_offset, claim.dest_offset, claim.copy)
+    state = checker.settle(margin=0)
+    assert (state.cursor, checker.verified_next) == (10, 10)  # 0..9 judged: 4 is missing
+    assert dict(checker.counts) == {"missing": 1}
+    assert checker.report().first[0].source_offset == 4
+
+
+def test_a_check_split_into_passes_finds_what_one_pass_finds():
+    """The state handed from pass to pass carries what is pending: a swap across the cut is
+    still out of order, a record missing before the cut is still missing, nothing twice."""
+    src = source()
+    records = [r for r in src if r.offset != 3]
+    records[9], records[10] = records[10], records[9]  # source offsets 10 and 11 swapped
+    batches, _ = split_batches(make_batch(src))
+    feeder, state = Feeder(KEY, 0, 20), None
+    dest = [claim for b in split_batches(dest_batches(records, form="record"))[0]
+            for claim in claims(b)]  # fmt: skip
+    for cut in (slice(0, 10), slice(10, 19)):  # the cut falls between the swapped two
+        rest = expected([batches], dataclasses.replace(feeder, start=state.cursor if state else 0),
+                        Scope(), None)  # fmt: skip
+        checker = Checker(feeder, DEST, rest, Scope(), state)
+        for claim in dest[cut]:
+            checker.claim(claim.source_offset, claim.dest_offset, claim.copy)
+        state = checker.settle(margin=100)
+    assert faults(checker.finish()) == {"missing": (1, 3, -1), "out_of_order": (1, 10, 10)}
+
+
+def test_claimed_runs_hold_many_offsets_in_few_runs_and_forget_the_oldest():
+    runs = ClaimedRuns()
+    for offset in [*range(0, 50), *range(60, 70), 55]:
+        runs.add(offset)
+    assert runs.runs() == ((0, 49), (55, 55), (60, 69))
+    assert 49 in runs and 55 in runs and 50 not in runs and 70 not in runs
+    again = ClaimedRuns(runs.runs())
+    assert again.runs() == runs.runs()

@@ -1,89 +1,264 @@
-"""A verify task on an executor: each of its destination partitions read once, whole, and every
-source partition feeding it read alongside (relay.pipelines.verify.compare). Reads only."""
+"""A verify task on an executor: one pass over its destination partitions, each read from
+where the last pass left it, every source partition feeding it read alongside
+(relay.pipelines.verify.compare). Reads only.
+
+Either side is a Kafka cluster or a store: a relay compares Kafka with Kafka, a backup a
+store's segments with their Kafka source (`--store`), a restore a Kafka destination with the
+store it came from (`--from-store`). The store modules (pyarrow) are imported only where a
+store is read. Clients are kept per worker process from one pass to the next.
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from contextlib import ExitStack
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any, NamedTuple, Protocol
 
 from relay.batches.records import Decoded
 from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.tails import stream_range
-from relay.config import ClusterConfig
+from relay.config import ClusterConfig, StoreConfig
 from relay.filters import Filter, FilterRecord, FilterRuntimeError, apply_filters, cached_filters
-from relay.pipelines.verify.compare import Checker, Claim, NotVerified, claims, expected
+from relay.pipelines.verify.compare import (
+    Checker,
+    Expected,
+    NotVerified,
+    claims,
+    expected,
+    expected_stored,
+    stored_copy,
+)
 from relay.pipelines.verify.spec import (
+    Copy,
     DestWork,
-    Finding,
+    Feeder,
+    FeederState,
     PartitionReport,
+    Scope,
     VerifyResult,
     VerifyTask,
+    WorkState,
 )
 from relay.spec import SourcePartition
 
 FETCH_BYTES = 4 * 1024 * 1024  # per partition and fetch: one partition is read at a time
+# In one check, source records may wait this many offsets below the highest claim before they
+# are called missing at the end of a pass (a later claim then still reads as out of order);
+# following a running copy, none wait (it writes each partition in order).
+MARGIN = 10_000
+Kept = Callable[[Decoded], bool] | None
+# One destination record as a side reads it: the source partition it names (None: none of
+# this config's), the source offset, its own offset (-1 in a store), its copy, and where it
+# lies in a store ("" in Kafka).
+Found = tuple[SourcePartition | None, int, int, Copy, str]
+
+
+class Chunk(NamedTuple):
+    records: list[Found]
+    next_position: int  # where the next pass reads on (a batch's or a segment's end)
+
+
+class Side(Protocol):
+    def expected(
+        self, feeder: Feeder, cursor: int, scope: Scope, kept: Kept, keep_type: bool
+    ) -> Iterator[Expected]: ...
+    def found(
+        self, work: DestWork, position: int, scope: Scope, clusters: tuple[str, ...]
+    ) -> Iterator[Chunk]: ...
+    def notes(self, work: DestWork) -> tuple[str, ...]: ...
+
+
+_sides: dict[tuple[ClusterConfig | StoreConfig, float], Side] = {}  # per worker process
 
 
 def run(task: VerifyTask) -> VerifyResult:
+    """One pass: each work from its state on, until its end or the task's time budget."""
     try:
         filters = cached_filters(task.filters) if task.filters else []
     except Exception as exc:  # noqa: BLE001 - a filter that cannot load verifies nothing
         why = f"a filter could not be loaded: {exc}"
-        return VerifyResult(tuple(r for work in task.works for r in _unverified(work, why)))
+        return VerifyResult(tuple(_unverified(work, why) for work in task.works))
     skip = {spec.id for spec in task.filters if spec.on_error == "skip"}
-    reports: list[PartitionReport] = []
-    with ExitStack() as stack:
-        source, target = _fetcher(task.source, task.timeout), _fetcher(task.target, task.timeout)
-        stack.callback(source.close)
-        stack.callback(target.close)
-        for work in task.works:
-            reports.extend(_check(work, task, source, target, filters, skip))
-    return VerifyResult(tuple(reports))
+    source, target = _side(task.source, task.timeout), _side(task.target, task.timeout)
+    deadline = time.monotonic() + task.budget if task.budget else float("inf")
+    states: list[WorkState] = []
+    read = 0
+    for work, state in zip(task.works, task.states, strict=True):
+        state = state or _fresh(work)
+        if state.done or time.monotonic() > deadline:
+            states.append(state)
+            continue
+        checkers = _checkers(work, state, task, source, filters, skip)
+        try:
+            checked, count = _check(work, state, task, checkers, target, deadline)
+        except Exception as exc:  # a store's unreadable segment is named, not raised
+            if not _is_store_error(exc):
+                raise
+            checked, count = _unverified(work, f"the store cannot be read: {exc}"), 0
+        states.append(checked)
+        read += count
+    return VerifyResult(tuple(states), read)
+
+
+def _checkers(
+    work: DestWork, state: WorkState, task: VerifyTask, source: Side, filters: list[Filter],
+    skip: set[str],
+) -> dict[SourcePartition, Checker]:  # fmt: skip
+    dest = (work.topic, work.partition)
+    keep_type = isinstance(task.target, StoreConfig)
+    checkers: dict[SourcePartition, Checker] = {}
+    for f, fs in zip(work.feeders, state.feeders, strict=True):
+        kept = functools.partial(_kept, f.key, filters, skip) if filters else None
+        records = source.expected(f, fs.cursor, task.scope, kept, keep_type)
+        checkers[f.key] = Checker(f, dest, records, task.scope, fs)
+    return checkers
 
 
 def _check(
-    work: DestWork,
-    task: VerifyTask,
-    source: BatchFetcher,
-    target: BatchFetcher,
-    filters: list[Filter],
-    skip: set[str],
-) -> list[PartitionReport]:
-    """One destination partition against its feeders; a record naming no feeder is counted
-    in a report of its own (key None)."""
+    work: DestWork, state: WorkState, task: VerifyTask, checkers: dict[SourcePartition, Checker],
+    target: Side, deadline: float,
+) -> tuple[WorkState, int]:  # fmt: skip
+    """One destination partition against its feeders, from `state` on; records naming no
+    feeder are counted apart."""
+    stray, first_stray, position, read = state.stray, state.first_stray, state.dest_next, 0
+    finished = True
+    for chunk in target.found(work, position, task.scope, task.clusters):
+        for key, source_offset, dest_offset, copy, where in chunk.records:
+            checker = checkers.get(key) if key is not None else None
+            if checker is not None:
+                checker.claim(source_offset, dest_offset, copy, where)
+            else:
+                stray += 1
+                first_stray = dest_offset if first_stray < 0 else first_stray
+        position, read = chunk.next_position, read + len(chunk.records)
+        if time.monotonic() > deadline:
+            finished = False
+            break
+    notes = target.notes(work)
+    if finished and not task.follow:
+        feeders = tuple(FeederState(c.finish(), f.end) for f, c in zip(work.feeders,
+                        checkers.values(), strict=True))  # fmt: skip
+        return WorkState(position, _noted(feeders, notes), stray, first_stray, True), read
+    margin = 0 if task.follow else MARGIN
+    feeders = tuple(c.settle(margin) for c in checkers.values())
+    return WorkState(position, _noted(feeders, notes), stray, first_stray), read
+
+
+class KafkaSide:
+    """A cluster read as record batches, one partition at a time."""
+
+    def __init__(self, cluster: ClusterConfig, timeout: float):
+        self.timeout = timeout
+        self.fetcher = BatchFetcher(cluster, timeout, partition_max_bytes=FETCH_BYTES,
+                                    max_bytes=FETCH_BYTES)  # fmt: skip
+
+    def expected(
+        self, feeder: Feeder, cursor: int, scope: Scope, kept: Kept, keep_type: bool
+    ) -> Iterator[Expected]:
+        chunks = stream_range(self.fetcher, feeder.key, cursor, feeder.end, self.timeout)
+        return expected(chunks, replace(feeder, start=cursor), scope, kept, keep_type)
+
+    def found(
+        self, work: DestWork, position: int, scope: Scope, clusters: tuple[str, ...]
+    ) -> Iterator[Chunk]:
+        def wanted(p: Any) -> bool:  # --sample: a batch of none of the picked blocks is skipped
+            return any(scope.picks_any((p.topic, p.partition), a, b + 1) for a, b in p.runs)
+
+        chosen = wanted if scope.sample < 1.0 else None
+        key = (work.topic, work.partition)
+        for batches in stream_range(self.fetcher, key, position, work.end, self.timeout):
+            records: list[Found] = []
+            for batch in batches:
+                for claim in claims(batch, chosen):
+                    if claim.dest_offset < position:
+                        continue  # read by an earlier pass
+                    p = claim.provenance
+                    ours = p is not None and p.cluster in clusters
+                    named = (p.topic, p.partition) if ours and p is not None else None
+                    records.append((named, claim.source_offset, claim.dest_offset, claim.copy, ""))
+            yield Chunk(records, max(position, batches[-1].next_offset))
+
+    def notes(self, work: DestWork) -> tuple[str, ...]:
+        return ()
+
+
+class StoreSide:
+    """A store's segments of a partition, in chain order (relay.store.chain): segments
+    contained in another (a compaction's leftovers) are skipped as a restore skips them."""
+
+    def __init__(self, cfg: StoreConfig):
+        from relay.store.configured import cached_store
+
+        self.cluster = cfg.cluster
+        self.store = cached_store(cfg)
+        self._problems: dict[tuple[str, int], tuple[str, ...]] = {}
+
+    def expected(
+        self, feeder: Feeder, cursor: int, scope: Scope, kept: Kept, keep_type: bool
+    ) -> Iterator[Expected]:
+        records = (r for _, segment in self._segments(feeder.key, cursor) for r in segment)
+        return expected_stored(records, replace(feeder, start=cursor), scope, keep_type)
+
+    def found(
+        self, work: DestWork, position: int, scope: Scope, clusters: tuple[str, ...]
+    ) -> Iterator[Chunk]:
+        key = (work.topic, work.partition)
+        for link, segment in self._segments(key, position):
+            records: list[Found] = [
+                (key, r.offset, -1, stored_copy(r, keep_type=True), link.key)
+                for r in segment
+                if r.offset >= position and scope.picked(key, r.offset)
+            ]
+            yield Chunk(records, link.next_offset)
+
+    def notes(self, work: DestWork) -> tuple[str, ...]:
+        return self._problems.get((work.topic, work.partition), ())
+
+    def _segments(self, key: tuple[str, int], position: int) -> Iterator[tuple[Any, Iterator[Any]]]:
+        """The chain's segments holding offsets at or after `position`, each with its records
+        (read when iterated)."""
+        from relay.store import ChainLink, plan_chain
+
+        topic, partition = key
+        refs = self.store.list_segments(self.cluster, topic, partition)
+        plan = plan_chain(ChainLink.of(ref, self.store.read_meta(ref)) for ref in refs)
+        self._problems[key] = tuple(str(problem) for problem in plan.problems)
+        for link in plan.links:
+            if link.next_offset > position and link.ref is not None:
+                yield link, self.store.read_records(link.ref)
+
+
+def _side(where: ClusterConfig | StoreConfig, timeout: float) -> Side:
+    """The worker's reader of a cluster or a store, kept from one pass to the next."""
+    key = (where, timeout)
+    if key not in _sides:
+        side: Side = (
+            StoreSide(where) if isinstance(where, StoreConfig) else KafkaSide(where, timeout)
+        )
+        _sides[key] = side
+    return _sides[key]
+
+
+def _is_store_error(exc: BaseException) -> bool:
+    from relay.store.errors import SegmentError, StoreError
+
+    return isinstance(exc, (SegmentError, StoreError))
+
+
+def _noted(feeders: tuple[FeederState, ...], notes: tuple[str, ...]) -> tuple[FeederState, ...]:
+    if not notes:
+        return feeders
+    return tuple(replace(f, report=replace(f.report, notes=notes)) for f in feeders)
+
+
+def _fresh(work: DestWork) -> WorkState:
     dest = (work.topic, work.partition)
-    checkers = {
-        f.key: Checker(f, dest, expected(
-            stream_range(source, f.key, f.start, f.end, task.timeout), f.start, f.end,
-            functools.partial(_kept, f.key, filters, skip) if filters else None,
-        ))
-        for f in work.feeders
-    }  # fmt: skip
-    stray: list[int] = []  # destination offsets of records naming no feeder
-    for chunk in stream_range(target, dest, work.start, work.end, task.timeout):
-        for batch in chunk:
-            for claim in claims(batch):
-                checker = _checker_of(claim, checkers, task.clusters)
-                if checker is None:
-                    stray.append(claim.dest_offset)
-                else:
-                    checker.claim(claim.source_offset, claim.dest_offset, claim.copy)
-    reports = [checker.finish() for checker in checkers.values()]
-    if stray:  # no provenance, or a source this config does not relay
-        first = Finding("unexpected", -1, stray[0])
-        reports.append(PartitionReport(None, dest, 0, 0, len(stray), 0,
-                                       (("unexpected", len(stray)),), (first,)))  # fmt: skip
-    return reports
-
-
-def _checker_of(
-    claim: Claim, checkers: dict[SourcePartition, Checker], clusters: tuple[str, ...]
-) -> Checker | None:
-    p = claim.provenance
-    if p is None or p.cluster not in clusters:
-        return None
-    return checkers.get((p.topic, p.partition))
+    feeders = tuple(
+        FeederState(PartitionReport(f.key, dest, f.start, f.end), f.start) for f in work.feeders
+    )
+    return WorkState(work.start, feeders)
 
 
 def _kept(key: SourcePartition, filters: list[Filter], skip: set[str], record: Decoded) -> bool:
@@ -102,11 +277,10 @@ def _kept(key: SourcePartition, filters: list[Filter], skip: set[str], record: D
         ) from exc
 
 
-def _unverified(work: DestWork, why: str) -> Iterator[PartitionReport]:
-    for f in work.feeders:
-        yield PartitionReport(f.key, (work.topic, work.partition), f.start, f.end,
-                              not_verified=why)  # fmt: skip
-
-
-def _fetcher(cluster: ClusterConfig, timeout: float) -> BatchFetcher:
-    return BatchFetcher(cluster, timeout, partition_max_bytes=FETCH_BYTES, max_bytes=FETCH_BYTES)
+def _unverified(work: DestWork, why: str) -> WorkState:
+    dest = (work.topic, work.partition)
+    feeders = tuple(
+        FeederState(PartitionReport(f.key, dest, f.start, f.end, not_verified=why), f.end)
+        for f in work.feeders
+    )
+    return WorkState(work.end, feeders, done=True)

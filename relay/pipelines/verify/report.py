@@ -18,19 +18,21 @@ def name(report: PartitionReport) -> str:
     return f"{report.key[0]}[{report.key[1]}] -> {dest}"
 
 
-def line(report: PartitionReport) -> str:
-    """`orders[1] -> copy[1]: 999 compared, 998 equal; missing 1 (first: source 500) ...`"""
+def line(report: PartitionReport, scope: str = "") -> str:
+    """`orders[1] -> copy[1]: 999 compared, 998 equal; missing 1 (first: source 500) ...`,
+    with what was left unchecked (`scope`: --sample, the time window) and a store's breaks."""
     head = f"{name(report)}: {report.compared} compared, {report.equal} equal"
+    tail = "".join(f"; {note}" for note in report.notes) + (f" [{scope}]" if scope else "")
     if report.not_verified:
-        return f"{head}; NOT VERIFIED: {report.not_verified}"
+        return f"{head}; NOT VERIFIED: {report.not_verified}{tail}"
     if report.exact:
-        return f"{head}: exact"
+        return f"{head}: exact{tail}"
     first = {f.kind: f for f in report.first}
-    faults = [f"{kind} {count} (first: {_where(first[kind])})" for kind, count in report.counts]
-    return f"{head}; " + "; ".join(faults)
+    faults = [f"{kind} {count} (first: {where(first[kind])})" for kind, count in report.counts]
+    return f"{head}; " + "; ".join(faults) + tail
 
 
-def summary(reports: Sequence[PartitionReport]) -> str:
+def summary(reports: Sequence[PartitionReport], scope: str = "") -> str:
     checked = [r for r in reports if r.key is not None]
     exact = sum(r.exact for r in checked)
     unverified = sum(bool(r.not_verified) for r in checked)
@@ -40,7 +42,7 @@ def summary(reports: Sequence[PartitionReport]) -> str:
     tail = f"; {stray} destination records name no source" if stray else ""
     return (
         f"verify: {len(checked)} partitions, {exact} exact, {differ} differ, {unverified} not "
-        f"verified; {compared} records compared{tail}"
+        f"verified; {compared} records compared{tail}" + (f" [{scope}]" if scope else "")
     )
 
 
@@ -51,14 +53,23 @@ def first_fault(reports: Sequence[PartitionReport]) -> str | None:
             return f"{name(report)} was not verified: {report.not_verified}"
         if not report.exact:
             found = min(report.first, key=lambda f: (f.source_offset, f.dest_offset))
-            return f"{name(report)} differs: {found.kind} at {_where(found)}"
+            return f"{name(report)} differs: {found.kind} at {where(found)}"
     return None
 
 
-def write_json(path: Path, reports: Sequence[PartitionReport]) -> None:
+def write_json(
+    path: Path,
+    reports: Sequence[PartitionReport],
+    scope: str = "",
+    seconds: dict[str, float] | None = None,
+) -> None:
+    """Every partition's result; `seconds`: how long planning and Spark's start ("start")
+    and the comparison ("passes") took."""
     doc = {
         "exact": first_fault(reports) is None,
-        "summary": summary(reports),
+        "seconds": seconds or {},
+        "scope": scope or "everything",
+        "summary": summary(reports, scope),
         "partitions": [_as_dict(r) for r in reports],
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -75,12 +86,16 @@ def _as_dict(report: PartitionReport) -> dict[str, Any]:
         "exact": report.exact,
         "not_verified": report.not_verified or None,
         "faults": {kind: count for kind, count in report.counts},
+        "notes": list(report.notes),
         "first": {f.kind: {"source_offset": _none(f.source_offset),
-                           "destination_offset": _none(f.dest_offset)} for f in report.first},
+                           "destination_offset": _none(f.dest_offset),
+                           "segment": f.where or None} for f in report.first},
     }  # fmt: skip
 
 
-def _where(finding: Any) -> str:
+def where(finding: Any) -> str:
+    if finding.where:
+        return f"source offset {finding.source_offset}, segment {finding.where}"
     if finding.dest_offset < 0:
         return f"source offset {finding.source_offset}"
     if finding.source_offset < 0:

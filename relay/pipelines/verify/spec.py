@@ -3,13 +3,66 @@ partitions that feed it), and what it answers (ktm verify is a batch job)."""
 
 from __future__ import annotations
 
+import functools
+import zlib
 from dataclasses import dataclass, field
 
-from relay.config import ClusterConfig
+from relay.config import ClusterConfig, StoreConfig
 from relay.filters import FilterSpec
 from relay.spec import SourcePartition
 
 KINDS = ("missing", "duplicated", "different", "out_of_order", "unexpected")
+SAMPLE_BLOCK = 1000  # --sample picks blocks of this many source offsets
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which source records are checked: a deterministic fraction of blocks of offsets
+    (`--sample`; the same blocks on every run) and a window of record timestamps
+    (`--from-time`, `--until-time`: [from, until) in ms). Records outside are read, not
+    checked, and claims of them are ignored."""
+
+    sample: float = 1.0
+    from_time: int | None = None
+    until_time: int | None = None
+
+    def picked(self, key: SourcePartition, offset: int) -> bool:
+        return self.sample >= 1.0 or _block_picked(key, offset // SAMPLE_BLOCK, self.sample)
+
+    def picks_any(self, key: SourcePartition, first: int, next_offset: int) -> bool:
+        """Whether any offset in [first, next_offset) is in a picked block."""
+        if self.sample >= 1.0:
+            return True
+        blocks = range(first // SAMPLE_BLOCK, (next_offset - 1) // SAMPLE_BLOCK + 1)
+        return any(_block_picked(key, block, self.sample) for block in blocks)
+
+    def covers(self, topic: str, partition: int, offset: int, timestamp: int) -> bool:
+        if self.from_time is not None and timestamp < self.from_time:
+            return False
+        if self.until_time is not None and timestamp >= self.until_time:
+            return False
+        return self.picked((topic, partition), offset)
+
+    def describe(self) -> str:
+        """What every output line says when not everything is checked ("" when it is)."""
+        parts = []
+        if self.sample < 1.0:
+            parts.append(f"sampled {self.sample:.2%} of blocks of {SAMPLE_BLOCK} offsets")
+        if self.from_time is not None or self.until_time is not None:
+            parts.append(f"timestamps in [{self.from_time or '-'}, {self.until_time or '-'})")
+        return ", ".join(parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _block_picked(key: SourcePartition, block: int, fraction: float) -> bool:
+    """A block is picked by a hash of its partition and number (crc32: the same in every
+    process, unlike hash())."""
+    digest = zlib.crc32(f"{key[0]}/{key[1]}/{block}".encode())
+    return digest < fraction * 2**32
+
+
+OPEN = 2**62  # the end of a range that has none (--follow: up to what is there at each pass)
+Copy = tuple[bytes, int, int]  # relay.pipelines.verify.compare: a record as compared
 
 
 @dataclass(frozen=True)
@@ -24,7 +77,7 @@ class Feeder:
 @dataclass(frozen=True)
 class DestWork:
     """One destination partition, read whole: from its log start to its end offset at
-    start-up."""
+    start-up (OPEN with --follow: to its end at each pass)."""
 
     topic: str
     partition: int
@@ -35,12 +88,21 @@ class DestWork:
 
 @dataclass(frozen=True)
 class VerifyTask:
-    source: ClusterConfig
-    target: ClusterConfig
+    """One pass over some destination partitions, each from where its state says the last
+    pass left it (None: from the start). Either side is a cluster or a store (`--store`: a
+    backup's segments are the destination; `--from-store`: a restore's store is the
+    source)."""
+
+    source: ClusterConfig | StoreConfig
+    target: ClusterConfig | StoreConfig
     clusters: tuple[str, ...]  # the names provenance may give the source (failover nodes)
     works: tuple[DestWork, ...]
+    states: tuple[WorkState | None, ...]  # one per work
     filters: tuple[FilterSpec, ...] = ()
     timeout: float = 30.0  # seconds for one fetch, its retries included
+    scope: Scope = Scope()
+    budget: float = 0.0  # seconds a pass reads for before it hands its state back (0: no limit)
+    follow: bool = False  # a running copy: settle each pass, never finish
 
 
 @dataclass(frozen=True)
@@ -51,6 +113,7 @@ class Finding:
     kind: str  # one of KINDS, "different" as "different:<field>"
     source_offset: int
     dest_offset: int
+    where: str = ""  # in a store: the segment that holds it
 
 
 @dataclass(frozen=True)
@@ -67,6 +130,7 @@ class PartitionReport:
     counts: tuple[tuple[str, int], ...] = ()  # (kind, records), kinds with none left out
     first: tuple[Finding, ...] = ()  # the first of each kind
     not_verified: str = ""  # why the partition could not be checked ("": it was)
+    notes: tuple[str, ...] = ()  # a store's breaks in its chain of segments, said in words
 
     @property
     def exact(self) -> bool:
@@ -74,5 +138,38 @@ class PartitionReport:
 
 
 @dataclass(frozen=True)
+class FeederState:
+    """Where one source partition's check stands between two passes: the source's read
+    position, the records read and not claimed yet, the claims remembered to tell a second
+    copy (runs of offsets), and the counts so far."""
+
+    report: PartitionReport
+    cursor: int  # the next source offset not read yet
+    highest: int = -1  # the highest source offset claimed in order
+    pending: tuple[tuple[int, Copy | None], ...] = ()
+    recent: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkState:
+    """Where one destination partition's read stands between two passes."""
+
+    dest_next: int  # the next destination offset to read (in a store: the next stored offset)
+    feeders: tuple[FeederState, ...]  # in the order of DestWork.feeders
+    stray: int = 0  # records naming no feeder
+    first_stray: int = -1
+    done: bool = False  # read to its end (never with --follow)
+
+    def reports(self, work: DestWork) -> list[PartitionReport]:
+        out = [f.report for f in self.feeders]
+        if self.stray:
+            first = Finding("unexpected", -1, self.first_stray)
+            out.append(PartitionReport(None, (work.topic, work.partition), 0, 0, self.stray, 0,
+                                       (("unexpected", self.stray),), (first,)))  # fmt: skip
+        return out
+
+
+@dataclass(frozen=True)
 class VerifyResult:
-    reports: tuple[PartitionReport, ...] = field(default=())
+    states: tuple[WorkState, ...] = field(default=())  # one per work of the task
+    read: int = 0  # destination records read in this pass
