@@ -25,7 +25,7 @@ from testbed import prometheus
 from testbed.ktm_process import Ktm
 from testbed.ports import free_port
 from testbed.prometheus import Prometheus
-from testbed.records import Record, produce
+from testbed.records import Record, produce, read_all
 from testbed.tansu import NO_KILL_REASON, TansuBroker, brokers_are_external
 from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
@@ -294,4 +294,54 @@ def test_the_failover_backup_and_restore_panels_have_series(
                 if any(metric in expr for metric in OTHER_MODES):
                     prom.wait_for(has_series(prom, expr), 30, f"{title!r}: {expr} has series")
     finally:
+        prom.stop()
+
+
+# --- ktm verify --follow ------------------------------------------------------------------------
+
+
+def test_a_fault_behind_a_running_relay_fires_the_copy_mismatch_alert(
+    source_broker: Any, target_broker: Any, tmp_path: Path
+) -> None:
+    """A relay and `ktm verify --follow` beside it, both scraped; a record written twice into
+    the destination behind the relay's back fires KtmCopyMismatch for that partition."""
+    topic = create_topic(source_broker.bootstrap, unique_topic("prom-vf"), 2)
+    dest = create_topic(target_broker.bootstrap, unique_topic("prom-vf-dst"), 2)
+    relay_port, verify_port = free_port(), free_port()
+    config = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
+                          target=target_broker.bootstrap, topics={topic: dest},
+                          app=f'metrics_addr = "127.0.0.1:{relay_port}"',
+                          extra=f'\n[verify]\ninterval = "300ms"\n'
+                                f'metrics_addr = "127.0.0.1:{verify_port}"\n')  # fmt: skip
+    feeding = Feeder(source_broker.bootstrap, topic, 2, per_batch=20, pause=0.1)
+    targets = [f"127.0.0.1:{relay_port}", f"127.0.0.1:{verify_port}"]
+    rules = fast_rules(tmp_path / "rules.yml")
+    prom = Prometheus(tmp_path / "prometheus", prometheus.scrape_config(targets, [rules]))
+    try:
+        with (
+            Ktm(tmp_path, "--config", str(config), "--no-progress") as relay,
+            Ktm(tmp_path, "--config", str(config), "--follow", command="verify") as follower,
+        ):
+            verified = f'ktm_verified_next_offset{{source_topic="{topic}"}} > 100'
+            prom.wait_for(lambda: series_of(prom, verified) == 2, 120, "both partitions verified")
+            assert not prom.alerts("KtmCopyMismatch")
+            third = read_all(source_broker.bootstrap, topic)[0][3]
+            twice = Record(
+                key=third.key,
+                value=third.value,
+                partition=0,
+                timestamp_ms=third.timestamp,
+                headers=[*third.headers, ("ktm.src", b"src/%s/0/3" % topic.encode())],
+            )
+            produce(target_broker.bootstrap, dest, [twice])
+            prom.wait_for(lambda: bool(prom.alerts("KtmCopyMismatch", "firing")), 90, "it fires")
+            (alert,) = prom.alerts("KtmCopyMismatch", "firing")
+            labels = {k: alert["labels"][k] for k in ("source_topic", "source_partition", "kind")}
+            assert labels == {"source_topic": topic, "source_partition": "0", "kind": "duplicated"}
+            feeding.stop()
+            follower.proc.send_signal(signal.SIGTERM)
+            assert follower.wait(60).returncode == 1  # it found something: not a clean bill
+            assert relay.proc.poll() is None, relay.stderr()
+    finally:
+        feeding.stop()
         prom.stop()

@@ -18,6 +18,7 @@ from tests.release.conftest import REPO, Venv, new_venv, sh
 from tests.release.test_installed import (
     PARTITIONS,
     assert_store_holds,
+    assert_verified,
     flat,
     source_records,
     user_run,
@@ -88,6 +89,20 @@ def test_relay_and_backup_on_workers_with_only_the_packed_venv(
     source = read_all(source_broker.bootstrap, src)
     assert_exact_copy(source, flat(read_all(target_broker.bootstrap, copy)), src)
     assert_store_holds(conf_dir / "store" / "src" / src, source, level=0)
+    for conf, flags in ((relay_conf, ()), (store_conf, ("--store",))):  # ktm verify, there too
+        verified = user_run(
+            user_env,
+            tmp_path,
+            workdir,
+            "--config",
+            str(conf),
+            *flags,
+            "--master",
+            standalone.master_url,
+            command="verify",
+            env=SPARK_ENV,
+        )
+        assert_verified(verified, RECORDS)
 
 
 FILTER = """
@@ -141,3 +156,8 @@ def test_relay_with_filters_and_backup_on_workers_with_only_what_the_docs_list(
         got[relayed.partition].append(copy_view(relayed.record, relayed.offset))
     assert got == kept
     assert_store_holds(conf_dir / "store" / "src" / src, source, level=0)
+    # ktm verify on the same workers: the filters run there too, so the copy verifies exact.
+    verified = user_run(user_env, tmp_path, workdir, "--config", str(relay_conf), "--filter",
+                        "no_sevens.py", "--master", standalone.master_url, command="verify",
+                        env=SPARK_ENV)  # fmt: skip
+    assert_verified(verified, sum(len(records) for records in kept.values()))

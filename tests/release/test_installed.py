@@ -74,6 +74,8 @@ def test_check_relay_backup_compact_and_restore_from_a_user_directory(
     user_run(user_env, tmp_path, workdir, "--config", relay_conf, "--stop-at-end", command="relay")
     source = read_all(source_broker.bootstrap, src)
     assert_exact_copy(source, flat(read_all(target_broker.bootstrap, copy)), src)
+    assert_verified(user_run(user_env, tmp_path, workdir, "--config", relay_conf,
+                             command="verify"))  # fmt: skip
 
     user_run(user_env, tmp_path, workdir, "--config", store_conf, "--stop-at-end",
              command="backup")  # fmt: skip
@@ -84,10 +86,21 @@ def test_check_relay_backup_compact_and_restore_from_a_user_directory(
                          "--delete", command="compact")  # fmt: skip
     assert f"level-1 ones ({RECORDS} records)" in compacted.stdout, compacted.stdout
     assert_store_holds(conf_dir / "store" / "src" / src, source, level=1)
+    assert_verified(user_run(user_env, tmp_path, workdir, "--config", store_conf, "--store",
+                             command="verify"))  # fmt: skip
 
     user_run(user_env, tmp_path, workdir, "--config", store_conf, "--stop-at-end",
              "--create-topics", command="restore")  # fmt: skip
     assert_exact_copy(source, flat(read_all(target_broker.bootstrap, restored)), src)
+    assert_verified(user_run(user_env, tmp_path, workdir, "--config", store_conf, "--from-store",
+                             command="verify"))  # fmt: skip
+
+
+def assert_verified(run: Finished, records: int = RECORDS) -> None:
+    """`ktm verify` said every partition is exact, every record compared."""
+    assert f"{PARTITIONS} exact, 0 differ, 0 not verified; {records} records compared" in (
+        run.stdout
+    ), run.stdout
 
 
 def test_restore_follow_from_a_user_directory_stops_cleanly_on_sigterm(

@@ -1,32 +1,32 @@
 """One source partition compared with the records ktm wrote for it, in one pass of each.
 
-The destination is read in its own order; each of its records names the source offset it
-copies (the provenance header, `relay.batches.provenance`; in a store, the record's own
-offset). A `Checker` per source partition takes those claims as they come and reads the source
-alongside, only as far as the highest offset claimed so far: the source records read but not
-yet claimed wait in `pending` (a record claimed later is out of order; one never claimed is
-missing). So memory holds the records between the source's read position and the
-destination's, not the partition.
+The copy is read in its own order; each of its records names the source offset it copies
+(relay.pipelines.verify.records). A `Checker` per source partition takes those claims as they
+come and reads the source alongside, only as far as the highest offset claimed so far: the
+source records read but not yet claimed wait in `pending` (a record claimed later is out of
+order; one never claimed is missing). So memory holds the records between the source's read
+position and the copy's, not the partition.
 
-Records are compared byte for byte as they are framed in their batches: key, value and headers
-(ktm's own provenance header aside), which a relay copies unchanged, and the timestamp (and its
-type where the copy keeps it: in a store). No record is decoded (only those the filters must
-see); the field that differs is named.
+A destination batch that copied a source batch whole is compared whole: every record but the
+last as one run of bytes (the records part up to the last record), the last one as a record
+(it carries the provenance header). Anything else, record by record.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-from relay.batches import SourceBatch, last_provenance
-from relay.batches.encode import frame_fields
-from relay.batches.format import LOG_APPEND_TIME
-from relay.batches.provenance import Provenance
-from relay.batches.records import Decoded, RecordAt, decode_at, decode_batch, parse_at
-from relay.batches.varint import encode_varint, read_varint
+from relay.batches.records import last_record_start, parse_at
+from relay.pipelines.verify.records import (
+    BatchClaim,
+    Expected,
+    Whole,
+    copy_of,
+    differing_field,
+)
 from relay.pipelines.verify.spec import (
     Copy,
     Feeder,
@@ -36,170 +36,18 @@ from relay.pipelines.verify.spec import (
     Scope,
 )
 
-FIELDS = ("key", "value", "headers", "timestamp", "timestamp_type")
 # Claimed offsets remembered to tell a second copy (duplicated) from a record no source explains
 # (unexpected): a copy further back than this many claims is reported as unexpected.
 RECENT = 100_000
 # Source records read ahead of their claim; past this the oldest is reported missing (a
 # destination this far out of order is not a copy anyone would call exact).
 MAX_PENDING = 500_000
-
-# A Copy is a record's framed key, value and headers; its timestamp; its timestamp type (-1
-# where the copy does not keep it: ktm writes CreateTime to Kafka, whatever the source's type).
-Expected = tuple[int, Copy | None]  # a source record that must be copied (None: not checked)
 _ABSENT: Any = object()
 
 
 class NotVerified(Exception):
     """A source record could not be judged (a filter raised on it): the partition is reported
     as not verified, never as exact."""
-
-
-def _records(batch: SourceBatch) -> Iterator[tuple[bytes, RecordAt, int, int]]:
-    """(records part, record, offset, timestamp) of each record of a data batch: only the
-    varints that frame a record are read, nothing is decoded."""
-    header = batch.header
-    if batch.is_control or header.record_count < 1:
-        return
-    buf = batch.records()
-    append_time = header.max_timestamp if header.attributes & LOG_APPEND_TIME else None
-    pos = 0
-    for _ in range(header.record_count):
-        at = parse_at(buf, pos)
-        ts = header.first_timestamp + at.timestamp_delta if append_time is None else append_time
-        yield buf, at, header.base_offset + at.offset_delta, ts
-        pos = at.end
-
-
-def copy_of(buf: bytes, at: RecordAt, timestamp: int, kind: int = -1, strip: bool = False) -> Copy:
-    """A record's key, value and headers as they are framed in their batch (the bytes a relay
-    copies unchanged), its timestamp and type. `strip`: without its last header (the
-    provenance header ktm appended: `relay.batches.records.with_header` in reverse)."""
-    if not strip:
-        return buf[at.rest : at.end], timestamp, kind
-    key_length, pos = read_varint(buf, at.rest)
-    value_length, pos = read_varint(buf, pos + max(key_length, 0))
-    pos += max(value_length, 0)
-    count, first = read_varint(buf, pos)
-    last = first
-    for _ in range(count - 1):
-        last = _header_end(buf, last)
-    return buf[at.rest : pos] + encode_varint(count - 1) + buf[first:last], timestamp, kind
-
-
-def stored_copy(record: Any, keep_type: bool) -> Copy:
-    """A stored record (relay.store.StoredRecord) framed as a batch frames it."""
-    kind = record.timestamp_type if keep_type else -1
-    return frame_fields(record.key, record.value, record.headers), record.timestamp, kind
-
-
-def differing_field(wanted: Copy, got: Copy) -> str | None:
-    """The first of key, value, headers, timestamp and its type in which two copies differ
-    (None: equal)."""
-    if wanted == got:
-        return None
-    for name, a, b in zip(FIELDS, _fields(wanted[0]), _fields(got[0]), strict=False):
-        if a != b:
-            return name
-    return "timestamp" if wanted[1] != got[1] else "timestamp_type"
-
-
-def _fields(body: bytes) -> tuple[bytes, bytes, bytes]:
-    key_length, pos = read_varint(body, 0)
-    key_end = pos + max(key_length, 0)
-    value_length, value_at = read_varint(body, key_end)
-    value_end = value_at + max(value_length, 0)
-    return body[:key_end], body[key_end:value_end], body[value_end:]
-
-
-def _header_end(buf: bytes, pos: int) -> int:
-    name_length, pos = read_varint(buf, pos)
-    value_length, pos = read_varint(buf, pos + name_length)
-    return pos + max(value_length, 0)
-
-
-def expected(
-    batches: Iterable[list[SourceBatch]],
-    feeder: Feeder,
-    scope: Scope,
-    kept: Callable[[Decoded], bool] | None,
-    keep_type: bool = False,
-) -> Iterator[Expected]:
-    """The source records of a Kafka partition in [start, end) that must be at the destination
-    (those the config's filters keep; `kept` None: no filters), in offset order; those outside
-    the scope (`--sample`, the time window) come as None: read, not checked."""
-    topic, partition = feeder.key
-    for chunk in batches:
-        for batch in chunk:
-            if batch.next_offset <= feeder.start:
-                continue
-            header = batch.header
-            if not scope.picks_any(feeder.key, header.base_offset, batch.next_offset):
-                continue  # --sample: nothing in it is checked, and claims of it are ignored
-            kind = (1 if header.attributes & LOG_APPEND_TIME else 0) if keep_type else -1
-            for buf, at, offset, ts in _records(batch):
-                if offset >= feeder.end:
-                    return
-                if offset < feeder.start:
-                    continue
-                if not scope.covers(topic, partition, offset, ts):
-                    yield offset, None
-                elif kept is None or kept(decode_at(buf, at, header.base_offset, ts)):
-                    yield offset, copy_of(buf, at, ts, kind)
-
-
-def expected_stored(
-    records: Iterable[Any], feeder: Feeder, scope: Scope, keep_type: bool = False
-) -> Iterator[Expected]:
-    """The same for a stored partition (restore's source): its records in [start, end)."""
-    topic, partition = feeder.key
-    for record in records:
-        offset = record.offset
-        if offset >= feeder.end:
-            return
-        if offset < feeder.start:
-            continue
-        if scope.covers(topic, partition, offset, record.timestamp):
-            yield offset, stored_copy(record, keep_type)
-        else:
-            yield offset, None
-
-
-class Claim(NamedTuple):
-    provenance: Provenance | None  # None: the record names no source
-    source_offset: int
-    dest_offset: int
-    copy: Copy
-
-
-def claims(
-    batch: SourceBatch, wanted: Callable[[Provenance], bool] | None = None
-) -> Iterator[Claim]:
-    """What a destination batch holds: each record with the source offset it copies. The
-    batch form's header (on the last record) lists the runs of offsets of all its records;
-    otherwise each record carries its own (the record form). `wanted`: a batch-form batch it
-    refuses is skipped unread (`--sample`)."""
-    last = decode_batch(batch, last_only=True)
-    if not last:
-        return
-    found = last_provenance(last[0].headers)
-    if found is not None and found.batch:
-        if wanted is not None and not wanted(found):
-            return
-        records = list(_records(batch))
-        offsets = [o for first, end in found.runs for o in range(first, end + 1)]
-        fits = len(offsets) == len(records)
-        for index, (buf, at, offset, ts) in enumerate(records):
-            copy = copy_of(buf, at, ts, strip=index == len(records) - 1)
-            yield Claim(found if fits else None, offsets[index] if fits else -1, offset, copy)
-        return
-    base = batch.header.base_offset
-    for buf, at, offset, ts in _records(batch):
-        own = last_provenance(decode_at(buf, at, base, ts).headers)
-        if own is None or own.batch:
-            yield Claim(None, -1, offset, copy_of(buf, at, ts))
-        else:
-            yield Claim(own, own.first, offset, copy_of(buf, at, ts, strip=True))
 
 
 class ClaimedRuns:
@@ -223,9 +71,22 @@ class ClaimedRuns:
             self._starts.insert(at, offset)
             self._ends.insert(at, offset)
         self._total += 1
+        self._trim()
+
+    def _trim(self) -> None:
         while self._total > RECENT and len(self._starts) > 1:
             self._total -= self._ends[0] - self._starts.pop(0) + 1
             self._ends.pop(0)
+
+    def add_run(self, first: int, last: int) -> None:
+        """Offsets first..last, claimed in order after every offset claimed so far."""
+        if self._ends and first == self._ends[-1] + 1:
+            self._ends[-1] = last
+        else:
+            self._starts.append(first)
+            self._ends.append(last)
+        self._total += last - first + 1
+        self._trim()
 
     def __contains__(self, offset: int) -> bool:
         at = bisect.bisect(self._starts, offset) - 1
@@ -250,6 +111,7 @@ class Checker:
     ):
         self.feeder, self.dest, self.scope = feeder, dest, scope
         self._source = source
+        self._held: Whole | None = None  # a whole source batch read and not taken yet
         self._cursor = feeder.start if state is None else state.cursor  # next offset not read
         self._pending: dict[int, Copy | None] = {}  # read, not claimed yet (in offset order)
         self._recent = ClaimedRuns()
@@ -296,6 +158,41 @@ class Checker:
         else:
             self.equal += 1
 
+    def claim_whole(self, claim: BatchClaim) -> int | None:
+        """A destination batch naming source offsets first..last, one per record: when the
+        source batch of exactly those offsets comes next and the destination's records part
+        holds its bytes up to its last record (a batch copied whole), all those records are
+        equal; the last one is left to `claim`: returns where it starts in the destination's
+        records part. None: compare it record by record."""
+        first, last = claim.provenance.first, claim.provenance.last
+        if self.not_verified or self._pending or self._cursor != first:
+            return None
+        if first < self.feeder.start or last >= self.feeder.end:
+            return None
+        item = self._held if self._held is not None else next(self._source, None)
+        self._held = None
+        if not isinstance(item, Whole):
+            if item is not None:
+                self._pending[item[0]] = item[1]
+                self._cursor = item[0] + 1
+            return None
+        start = last_record_start(item.part, item.record_count)
+        same = (item.first, item.last, item.first_timestamp, item.record_count) == (
+            first, last, claim.first_timestamp, claim.record_count
+        ) and claim.part[:start] == item.part[:start]  # fmt: skip
+        if not same:
+            self._held = item
+            return None
+        self.compared += item.record_count - 1
+        self.equal += item.record_count - 1
+        if item.record_count > 1:
+            self._recent.add_run(first, last - 1)
+        self._highest = last - 1
+        at = parse_at(item.part, start)
+        self._pending[last] = copy_of(item.part, at, item.first_timestamp + at.timestamp_delta)
+        self._cursor = last + 1
+        return start
+
     def finish(self) -> PartitionReport:
         """Every source record never claimed is missing."""
         if self._read_through(self.feeder.end - 1):
@@ -338,19 +235,24 @@ class Checker:
         verified."""
         try:
             while self._cursor <= offset:
-                found = next(self._source, None)
+                found = self._held if self._held is not None else next(self._source, None)
+                self._held = None
                 if found is None:
                     self._cursor = max(self._cursor, min(offset + 1, self.feeder.end))
                     break
-                self._pending[found[0]] = found[1]
-                self._cursor = found[0] + 1
-                if len(self._pending) > MAX_PENDING:
-                    oldest = next(iter(self._pending))
-                    if self._pending.pop(oldest) is not None:
-                        self._found("missing", oldest, -1)
+                for key, copy in found.records() if isinstance(found, Whole) else (found,):
+                    self._take(key, copy)
         except NotVerified as exc:
             self.not_verified = str(exc)
         return not self.not_verified
+
+    def _take(self, offset: int, copy: Copy | None) -> None:
+        self._pending[offset] = copy
+        self._cursor = offset + 1
+        if len(self._pending) > MAX_PENDING:
+            oldest = next(iter(self._pending))
+            if self._pending.pop(oldest) is not None:
+                self._found("missing", oldest, -1)
 
     def _found(self, kind: str, source_offset: int, dest_offset: int, where: str = "") -> None:
         self.counts[kind] += 1

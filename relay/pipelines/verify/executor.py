@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
@@ -21,10 +21,11 @@ from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.tails import stream_range
 from relay.config import ClusterConfig, StoreConfig
 from relay.filters import Filter, FilterRecord, FilterRuntimeError, apply_filters, cached_filters
-from relay.pipelines.verify.compare import (
-    Checker,
+from relay.pipelines.verify.compare import Checker, NotVerified
+from relay.pipelines.verify.records import (
+    BatchClaim,
+    Claim,
     Expected,
-    NotVerified,
     claims,
     expected,
     expected_stored,
@@ -56,7 +57,7 @@ Found = tuple[SourcePartition | None, int, int, Copy, str]
 
 
 class Chunk(NamedTuple):
-    records: list[Found]
+    records: Sequence[Found | BatchClaim]  # a BatchClaim: a batch to compare whole if it can be
     next_position: int  # where the next pass reads on (a batch's or a segment's end)
 
 
@@ -125,14 +126,17 @@ def _check(
     stray, first_stray, position, read = state.stray, state.first_stray, state.dest_next, 0
     finished = True
     for chunk in target.found(work, position, task.scope, task.clusters):
-        for key, source_offset, dest_offset, copy, where in chunk.records:
-            checker = checkers.get(key) if key is not None else None
-            if checker is not None:
-                checker.claim(source_offset, dest_offset, copy, where)
-            else:
-                stray += 1
-                first_stray = dest_offset if first_stray < 0 else first_stray
-        position, read = chunk.next_position, read + len(chunk.records)
+        for item in chunk.records:
+            found = _claimed(item, checkers) if isinstance(item, BatchClaim) else (item,)
+            for key, source_offset, dest_offset, copy, where in found:
+                checker = checkers.get(key) if key is not None else None
+                if checker is not None:
+                    checker.claim(source_offset, dest_offset, copy, where)
+                else:
+                    stray += 1
+                    first_stray = dest_offset if first_stray < 0 else first_stray
+                read += 1
+        position = chunk.next_position
         if time.monotonic() > deadline:
             finished = False
             break
@@ -144,6 +148,23 @@ def _check(
     margin = 0 if task.follow else MARGIN
     feeders = tuple(c.settle(margin) for c in checkers.values())
     return WorkState(position, _noted(feeders, notes), stray, first_stray), read
+
+
+def _claimed(item: BatchClaim, checkers: dict[SourcePartition, Checker]) -> list[Found]:
+    """A destination batch compared whole where it copied a source batch whole (all but its
+    last record: the claims left), record by record otherwise."""
+    p = item.provenance
+    checker = checkers.get((p.topic, p.partition))
+    start = checker.claim_whole(item) if checker is not None else None
+    if start is not None:
+        return [_found(item.last_claim(start))]
+    return [_found(claim) for claim in item.claims()]
+
+
+def _found(claim: Claim) -> Found:
+    p = claim.provenance
+    named = (p.topic, p.partition) if p is not None else None
+    return named, claim.source_offset, claim.dest_offset, claim.copy, ""
 
 
 class KafkaSide:
@@ -169,15 +190,17 @@ class KafkaSide:
         chosen = wanted if scope.sample < 1.0 else None
         key = (work.topic, work.partition)
         for batches in stream_range(self.fetcher, key, position, work.end, self.timeout):
-            records: list[Found] = []
+            records: list[Found | BatchClaim] = []
             for batch in batches:
-                for claim in claims(batch, chosen):
-                    if claim.dest_offset < position:
-                        continue  # read by an earlier pass
-                    p = claim.provenance
-                    ours = p is not None and p.cluster in clusters
-                    named = (p.topic, p.partition) if ours and p is not None else None
-                    records.append((named, claim.source_offset, claim.dest_offset, claim.copy, ""))
+                whole = scope.everything and batch.base_offset >= position
+                for claim in claims(batch, chosen, whole):
+                    if isinstance(claim, BatchClaim):
+                        ours = claim.provenance.cluster in clusters
+                        records += [claim] if ours else [_stray(c) for c in claim.claims()]
+                    elif claim.dest_offset >= position:  # not read by an earlier pass
+                        p = claim.provenance
+                        ours = p is not None and p.cluster in clusters
+                        records.append(_found(claim) if ours else _stray(claim))
             yield Chunk(records, max(position, batches[-1].next_offset))
 
     def notes(self, work: DestWork) -> tuple[str, ...]:
@@ -228,6 +251,10 @@ class StoreSide:
         for link in plan.links:
             if link.next_offset > position and link.ref is not None:
                 yield link, self.store.read_records(link.ref)
+
+
+def _stray(claim: Claim) -> Found:
+    return None, claim.source_offset, claim.dest_offset, claim.copy, ""
 
 
 def _side(where: ClusterConfig | StoreConfig, timeout: float) -> Side:

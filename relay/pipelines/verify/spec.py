@@ -26,6 +26,10 @@ class Scope:
     from_time: int | None = None
     until_time: int | None = None
 
+    @property
+    def everything(self) -> bool:
+        return self.sample >= 1.0 and self.from_time is None and self.until_time is None
+
     def picked(self, key: SourcePartition, offset: int) -> bool:
         return self.sample >= 1.0 or _block_picked(key, offset // SAMPLE_BLOCK, self.sample)
 
