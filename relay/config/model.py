@@ -263,8 +263,11 @@ class GroupsConfig:
 class VerifyConfig:
     """`[verify]`: `ktm verify --follow`, verifying behind a running copy."""
 
+    # `ktm relay`, `backup` and `restore` verify their own copy as they go, on one task slot
+    # (exported on [app].metrics_addr), instead of a `ktm verify --follow` beside them.
+    follow: bool = field(default=False, metadata=_reads(_bool))
     # How long a follower rests between two passes over what the copy wrote since the last.
-    interval: float = field(default=1.0, metadata=_reads(_duration, minimum=0.1))
+    interval: float = field(default=2.0, metadata=_reads(_duration, minimum=0.1))
     # Where `ktm verify --follow` serves /metrics and /healthz (beside a relay, which has
     # [app].metrics_addr: another port); "" turns it off.
     metrics_addr: tuple[str, int] | None = field(

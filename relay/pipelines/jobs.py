@@ -10,6 +10,7 @@ import threading
 
 from relay.config import Config
 from relay.engine.driver.runner import Runner, RunSummary
+from relay.engine.driver.sidecar import Sidecar
 from relay.engine.metrics import Metrics
 from relay.filters import FilterSpec, load_filters
 from relay.pipelines.backup.driver import BackupPipeline
@@ -37,7 +38,19 @@ def relay_job(
         filters=load_filters(cfg) if filters is None else filters,
     )  # fmt: skip
     return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-                  metrics=metrics, master=master)  # fmt: skip
+                  metrics=metrics, master=master,
+                  sidecars=_verifier(cfg, "relay", metrics, failover, dry_run))  # fmt: skip
+
+
+def _verifier(
+    cfg: Config, kind: str, metrics: Metrics, failover: bool, dry_run: bool = False
+) -> tuple[Sidecar, ...]:
+    """`[verify].follow`: the job proves its own copy as it goes."""
+    if not cfg.verify.follow or dry_run:
+        return ()
+    from relay.pipelines.verify.follow import FollowSidecar
+
+    return (FollowSidecar(cfg, kind, metrics, failover),)
 
 
 def backup_job(
@@ -56,7 +69,8 @@ def backup_job(
         filters=load_filters(cfg) if filters is None else filters,
     )  # fmt: skip
     return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-                  metrics=metrics, master=master)  # fmt: skip
+                  metrics=metrics, master=master,
+                  sidecars=_verifier(cfg, "backup", metrics, failover))  # fmt: skip
 
 
 def restore_job(
@@ -73,4 +87,5 @@ def restore_job(
         cfg, stop_event=stop_event, metrics=metrics, options=options or RestoreOptions()
     )
     return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-                  metrics=metrics, master=master)  # fmt: skip
+                  metrics=metrics, master=master,
+                  sidecars=_verifier(cfg, "restore", metrics, False))  # fmt: skip

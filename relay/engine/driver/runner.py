@@ -26,6 +26,7 @@ from relay.engine.driver.limits import Shares
 from relay.engine.driver.membership import Membership
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.engine.driver.rounds import TICK, Round, raise_for, settle
+from relay.engine.driver.sidecar import Sidecar, Sidecars
 from relay.engine.driver.status import Status
 from relay.engine.driver.summary import RunSummary, summarize
 from relay.engine.metrics import Metrics
@@ -53,8 +54,10 @@ class Runner:
         metrics: Metrics,
         master: str | None = None,
         backend: SparkBackend | None = None,
+        sidecars: tuple[Sidecar, ...] = (),
     ):
         self.cfg, self.pipeline = cfg, pipeline
+        self.sidecars = Sidecars(sidecars)  # beside the rounds, on slots of their own
         self.stop_at_end, self.stop_event, self.metrics = stop_at_end, stop_event, metrics
         self.status = Status(metrics, cfg.app.stuck_after)
         pipeline.bind(self.status)
@@ -88,6 +91,7 @@ class Runner:
         self._resources = ExitStack()
         self._resources.callback(self.pipeline.close)
         self._resources.callback(self.backend.stop)
+        self._resources.callback(self.sidecars.stop)  # before Spark stops
 
     def __enter__(self) -> Runner:
         return self
@@ -125,8 +129,8 @@ class Runner:
 
     def _slots_for(self, routes: list[PartitionRoute]) -> int:
         """The partitions local Spark sizes its slots for: with [discover] patterns, more may
-        come while running, so the machine's cores."""
-        return len(routes) if not self.cfg.discover.include else ALL_CORES
+        come while running, so the machine's cores (and a slot for each sidecar)."""
+        return len(routes) + self.sidecars.slots if not self.cfg.discover.include else ALL_CORES
 
     def _join(self, routes: list[PartitionRoute]) -> Membership:
         if self.membership is None:
@@ -214,6 +218,7 @@ class Runner:
             self._unsure = False
         self._fail_over_if_needed(todo)
         engine, channel = self.backend.ready(self._slots_for(self.routes))
+        self.sidecars.start(engine)
         current = self._submit_round(todo, engine, channel)
         if current is None:
             return  # the group rebalanced meanwhile: the caller re-reads the ownership
@@ -238,7 +243,7 @@ class Runner:
                 assignment = self.membership.current()
                 if assignment is None or assignment.generation != generation:
                     return None
-            groups = self._plan(todo, engine.slots)
+            groups = self._plan(todo, max(1, engine.slots - self.sidecars.slots))
             share = self.shares.of_task(len(groups))
             self._round_id += 1
             round_id = self._round_id

@@ -25,6 +25,9 @@ from relay.pipelines.verify.spec import (
 )
 
 PASS_SECONDS = 2.0  # how long a pass reads before it reports
+# Following a running copy, a pass reads only what came since the last one: one task serves
+# this many destination partitions (each task of a pass costs Spark's scheduling, every pass).
+FOLLOW_PER_TASK = 64
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,8 @@ class VerifyPipeline(BatchPipeline[VerifyTask, VerifyResult, list[VerifyResult]]
         """The destination partitions spread over the slots once, biggest first, each to the
         least loaded task (a destination partition is read by one task, in order)."""
         if self._bins is None:
-            self._bins = spread(self.plan.works, slots)
+            wanted = -(-len(self.plan.works) // FOLLOW_PER_TASK) if self.follow else slots
+            self._bins = spread(self.plan.works, min(slots, wanted))
         p = self.plan
         return [
             VerifyTask(p.source, p.target, p.clusters, tuple(p.works[i] for i in indexes),

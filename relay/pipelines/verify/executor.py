@@ -45,6 +45,7 @@ from relay.pipelines.verify.spec import (
 from relay.spec import SourcePartition
 
 FETCH_BYTES = 4 * 1024 * 1024  # per partition and fetch: one partition is read at a time
+MAX_WAIT = 0.01  # seconds
 # In one check, source records may wait this many offsets below the highest claim before they
 # are called missing at the end of a pass (a later claim then still reads as out of order);
 # following a running copy, none wait (it writes each partition in order).
@@ -172,8 +173,13 @@ class KafkaSide:
 
     def __init__(self, cluster: ClusterConfig, timeout: float):
         self.timeout = timeout
-        self.fetcher = BatchFetcher(cluster, timeout, partition_max_bytes=FETCH_BYTES,
-                                    max_bytes=FETCH_BYTES)  # fmt: skip
+        # A fetch at a partition's end waits MAX_WAIT at most: a pass reads up to the end and
+        # moves on. Not 0: such a fetch got no answer at all here (kafka-python 3.0.12 against
+        # Tansu; not looked into further), 10 ms works.
+        self.fetcher = BatchFetcher(
+            cluster, timeout, max_wait=MAX_WAIT, partition_max_bytes=FETCH_BYTES,
+            max_bytes=FETCH_BYTES,
+        )  # fmt: skip
 
     def expected(
         self, feeder: Feeder, cursor: int, scope: Scope, kept: Kept, keep_type: bool

@@ -8,7 +8,9 @@ is proven (`ktm_verified_next_offset`), what differs (`ktm_verify_mismatches_tot
 of its last pass, and logs each kind of mismatch once per partition, with its offsets.
 
 It runs beside the relay (or backup, or restore) as a process of its own, reading both sides
-only: it needs no part in the copy's group and slows it by no more than its reads.
+only: it needs no part in the copy's group and slows it by no more than its reads; or, with
+`[verify].follow = true`, inside the copy's own process (`FollowSidecar`): on a task slot of its
+Spark, exporting on the copy's /metrics.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from relay.engine.batch import run_on
 from relay.engine.metrics import Metrics, MetricsServer
+from relay.errors import KtmError
 from relay.pipelines.verify import report
 from relay.pipelines.verify.driver import VerifyPipeline
 from relay.pipelines.verify.spec import PartitionReport
@@ -43,8 +46,8 @@ class Follower:
         copy = pipeline.plan.kind
         metrics.verify_age.labels(copy).set_function(lambda: self.age)
 
-    def one_pass(self, engine: Engine) -> None:
-        run_on(self.pipeline, engine)
+    def one_pass(self, engine: Engine | _Slots) -> None:
+        run_on(self.pipeline, engine)  # type: ignore[arg-type]
         self._last_pass = time.monotonic()
         self.passes += 1
         for work, state in zip(self.pipeline.plan.works, self.pipeline.states, strict=True):
@@ -85,6 +88,47 @@ class Follower:
     @property
     def mismatches(self) -> int:
         return sum(count for (_, kind), count in self._counted.items() if kind != "not verified")
+
+
+class _Slots:
+    """An engine as a sidecar sees it: its own slots only."""
+
+    def __init__(self, engine: Engine, slots: int):
+        self.engine, self.slots = engine, slots
+
+    def run_batch(self, tasks: Any, run: Any) -> Any:
+        return self.engine.run_batch(tasks, run)
+
+
+class FollowSidecar:
+    """`[verify].follow = true`: the copy's own process verifies what it copies, pass after
+    pass on one task slot of its Spark (relay.engine.driver.sidecar)."""
+
+    slots = 1
+
+    def __init__(self, cfg: Config, kind: str, metrics: Metrics, failover: bool = False):
+        self.cfg, self.kind, self.metrics, self.failover = cfg, kind, metrics, failover
+        self.follower: Follower | None = None
+
+    def run(self, engine: Engine, stop: threading.Event) -> None:
+        from relay.pipelines.verify.plan import plan_verify
+
+        while self.follower is None and not stop.is_set():
+            try:
+                plan = plan_verify(self.cfg, self.kind, self.failover, None, follow=True)
+                timeout = self.cfg.source_pool.request_timeout * 5
+                self.follower = Follower(VerifyPipeline(plan, timeout, follow=True), self.metrics)
+            except KtmError as exc:  # a cluster not there yet: the copy waits for it too
+                log.warning("verify: cannot plan yet (%s); trying again", exc)
+                stop.wait(max(self.cfg.verify.interval, 5.0))
+        log.info("verify: following the %s's copy on one task slot", self.kind)
+        mine = _Slots(engine, self.slots)
+        while not stop.is_set():
+            try:
+                self.follower.one_pass(mine)  # type: ignore[union-attr]
+            except KtmError as exc:
+                log.warning("verify: a pass failed (%s); trying again", exc)
+            stop.wait(self.cfg.verify.interval)
 
 
 def follow(cfg: Config, pipeline: VerifyPipeline, engine: Engine) -> int:
