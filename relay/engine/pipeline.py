@@ -77,7 +77,13 @@ class Pipeline:
         rates: Rates,
     ) -> TaskSpec:
         """The picklable spec of one task (relay.engine.executor.task runs it), with its share
-        of `[limits]`."""
+        of `[limits]`: the fields every spec shares, and the pipeline's own (`spec`)."""
+        return self.spec(round_id=round_id, task_id=task_id, partitions=works, channel=channel,
+                         report_interval=REPORT_INTERVAL, rates=rates)  # fmt: skip
+
+    def spec(self, **common: Any) -> TaskSpec:
+        """The pipeline's task spec from the fields every spec shares (relay.spec.TaskSpec:
+        round and task id, partitions, channel, report interval, rates) and its own."""
         raise NotImplementedError
 
     def active_source(self) -> str:

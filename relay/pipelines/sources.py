@@ -14,7 +14,7 @@ from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.filters import FilterSpec
 from relay.resume import Delivered, check_continuity
-from relay.spec import SourcePartition
+from relay.spec import Rates, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,13 @@ class FromSources(Pipeline):
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         """The last record already copied of each partition (where a new node must agree)."""
         raise NotImplementedError
+
+    def source_fields(self, rates: Rates) -> dict[str, Any]:
+        """What the specs of relay and backup tasks say of the source: the active node, the
+        source group, the filters and the fetch settings within the task's share of [limits]."""
+        fetch = self.cfg.source_pool.fetch.within(rates.records_per_second, rates.bytes_per_second)
+        return {"source": self.pool.active, "group_id": self.cfg.app.group_id,
+                "filters": self.filters, "fetch": fetch}  # fmt: skip
 
     def active_source(self) -> str:
         return self.pool.active.name

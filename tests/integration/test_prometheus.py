@@ -43,6 +43,9 @@ FOR = "3s"  # every alert's `for:` in the test copy of the rules
 # Panels whose series exist only in another mode (failover switches, backup segments, restore
 # --follow waits): a relay never creates them.
 OTHER_MODES = ("ktm_failovers_total", "ktm_segments_written_total", "ktm_restore_waiting_seconds")
+# The "Verify" row's: a verify follower exports them (its test checks them).
+VERIFY_METRICS = ("ktm_verify_mismatches_total", "ktm_verified_next_offset",
+                  "ktm_verified_records_total", "ktm_verify_age_seconds")  # fmt: skip
 
 
 def fast_rules(path: Path) -> Path:
@@ -157,7 +160,7 @@ def _stderr(group: Group) -> str:
 def assert_every_panel_and_rule_has_series(prom: Prometheus, group: Group) -> None:
     instances = "|".join(group.instances()).replace(".", "\\\\.")
     for title, expr in panel_queries("ktm", instances, group.topic):
-        if any(metric in expr for metric in OTHER_MODES):
+        if any(metric in expr for metric in OTHER_MODES + VERIFY_METRICS):
             continue
         prom.wait_for(has_series(prom, expr), 30, f"{title!r}: {expr} has series")
     for record in recording_rules():
@@ -338,6 +341,9 @@ def test_a_fault_behind_a_running_relay_fires_the_copy_mismatch_alert(
             (alert,) = prom.alerts("KtmCopyMismatch", "firing")
             labels = {k: alert["labels"][k] for k in ("source_topic", "source_partition", "kind")}
             assert labels == {"source_topic": topic, "source_partition": "0", "kind": "duplicated"}
+            for title, expr in panel_queries("ktm", ".*", topic):  # the dashboard's Verify row
+                if any(metric in expr for metric in VERIFY_METRICS):
+                    prom.wait_for(has_series(prom, expr), 30, f"{title!r}: {expr} has series")
             feeding.stop()
             follower.proc.send_signal(signal.SIGTERM)
             assert follower.wait(60).returncode == 1  # it found something: not a clean bill

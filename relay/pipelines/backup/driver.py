@@ -18,13 +18,13 @@ from typing import Any
 
 from relay.clients import admin
 from relay.config import Config
-from relay.engine.pipeline import REPORT_INTERVAL, Plan
+from relay.engine.pipeline import Plan
 from relay.errors import KafkaSetupError
 from relay.pipelines.backup.executor import BackupSides
 from relay.pipelines.backup.spec import BackupTask
 from relay.pipelines.sources import FromSources
 from relay.resume import Delivered, source_offsets
-from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, Rates, SourcePartition
+from relay.spec import PartitionRoute, SourcePartition
 from relay.store import group_snapshot_path
 from relay.store.configured import store_of
 
@@ -141,29 +141,8 @@ class BackupPipeline(FromSources):
                     "removed %d leftover file(s) of %s[%s]", removed, route.topic, route.partition
                 )
 
-    def task(
-        self,
-        round_id: int,
-        task_id: int,
-        works: tuple[PartitionWork, ...],
-        channel: ChannelAddress,
-        rates: Rates,
-    ) -> BackupTask:
-        return BackupTask(
-            round_id=round_id,
-            task_id=task_id,
-            source=self.pool.active,
-            store=self.store_cfg,
-            partitions=works,
-            group_id=self.cfg.app.group_id,
-            channel=channel,
-            report_interval=REPORT_INTERVAL,
-            filters=self.filters,
-            fetch=self.cfg.source_pool.fetch.within(
-                rates.records_per_second, rates.bytes_per_second
-            ),
-            rates=rates,
-        )
+    def spec(self, **common: Any) -> BackupTask:
+        return BackupTask(**common, **self.source_fields(common["rates"]), store=self.store_cfg)
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         """The last record backed up of each partition (read from its last segment), to check

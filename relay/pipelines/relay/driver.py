@@ -17,14 +17,14 @@ from relay.clients import admin
 from relay.config import Config
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import REPORT_INTERVAL, Plan
+from relay.engine.pipeline import Plan
 from relay.pipelines.relay.executor import RelaySides
 from relay.pipelines.relay.group_sync import GroupResult, GroupSync
 from relay.pipelines.relay.spec import RelayTask
 from relay.pipelines.relay.topics import TopicPlan, Topics
 from relay.pipelines.sources import FromSources
 from relay.resume import Delivered, delivered, destination_next_offsets
-from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, Rates, SourcePartition
+from relay.spec import PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -94,29 +94,8 @@ class RelayPipeline(FromSources):
     def adopt(self, routes: Sequence[PartitionRoute]) -> None:
         pass
 
-    def task(
-        self,
-        round_id: int,
-        task_id: int,
-        works: tuple[PartitionWork, ...],
-        channel: ChannelAddress,
-        rates: Rates,
-    ) -> RelayTask:
-        return RelayTask(
-            round_id=round_id,
-            task_id=task_id,
-            source=self.pool.active,
-            target=self.target,
-            partitions=works,
-            group_id=self.cfg.app.group_id,
-            channel=channel,
-            report_interval=REPORT_INTERVAL,
-            filters=self.filters,
-            fetch=self.cfg.source_pool.fetch.within(
-                rates.records_per_second, rates.bytes_per_second
-            ),
-            rates=rates,
-        )
+    def spec(self, **common: Any) -> RelayTask:
+        return RelayTask(**common, **self.source_fields(common["rates"]), target=self.target)
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         return delivered(self.cfg.need_target().cluster, self.routes, self.timeout)

@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from relay.clients import admin
 from relay.clients.settings import describe
@@ -19,12 +20,12 @@ from relay.engine.driver.plan import plan_routes
 from relay.engine.driver.setup import Startup
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import REPORT_INTERVAL, Pipeline, Plan
+from relay.engine.pipeline import Pipeline, Plan
 from relay.errors import KafkaSetupError, StoppedWhileWaiting
 from relay.pipelines.restore.executor import RestoreSides
 from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT, RestoreTask
 from relay.resume import destination_next_offsets
-from relay.spec import ChannelAddress, PartitionRoute, PartitionWork, Rates, SourcePartition
+from relay.spec import PartitionRoute, SourcePartition
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of
 
@@ -170,27 +171,10 @@ class RestorePipeline(Pipeline):
     def adopt(self, routes: Sequence[PartitionRoute]) -> None:
         pass
 
-    def task(
-        self,
-        round_id: int,
-        task_id: int,
-        works: tuple[PartitionWork, ...],
-        channel: ChannelAddress,
-        rates: Rates,
-    ) -> RestoreTask:
-        return RestoreTask(
-            round_id=round_id,
-            task_id=task_id,
-            store=self.store_cfg,
-            target=self.target,
-            partitions=works,
-            channel=channel,
-            report_interval=REPORT_INTERVAL,
-            follow=self.options.follow,
-            from_time=self.options.from_time,
-            until_time=self.options.until_time,
-            rates=rates,
-        )
+    def spec(self, **common: Any) -> RestoreTask:
+        o = self.options
+        return RestoreTask(**common, store=self.store_cfg, target=self.target, follow=o.follow,
+                           from_time=o.from_time, until_time=o.until_time)  # fmt: skip
 
 
 def _known(ends: dict[SourcePartition, int]) -> dict[SourcePartition, int]:
