@@ -21,7 +21,7 @@ from testbed.provenance import attributed
 from testbed.records import Record, produce, read_all, record_count
 from testbed.tansu import NO_KILL_REASON, brokers_are_external
 from testbed.topics import create_topic, unique_topic, wait_until
-from tests.support.inprocess import Background
+from tests.support.inprocess import Background, assert_verified, verify_once
 from tests.support.relay import assert_exact_copy
 
 pytestmark = [
@@ -92,12 +92,11 @@ def cluster(broker_factory, tmp_path):
     return node1, node2, target, topic, dest
 
 
-def test_kill_9_of_the_active_node_mid_stream_loses_and_repeats_nothing(cluster, tmp_path):
+def test_kill_9_of_the_active_node_mid_stream_loses_and_repeats_nothing(cluster, tmp_path, spark):
     node1, node2, target, topic, dest = cluster
     feed([node1, node2], topic, records(0, 2000))
-    relay = Background(
-        failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
-    )
+    config = failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
+    relay = Background(config)
     try:
         wait_for(lambda: record_count(target.bootstrap, dest) >= 2000, 60, "the first records")
         sent = 2000
@@ -116,6 +115,8 @@ def test_kill_9_of_the_active_node_mid_stream_loses_and_repeats_nothing(cluster,
     assert relay.error is None, relay.error
     assert_exact_copy(read_all(node2.bootstrap, topic), _all(target.bootstrap, dest), topic)
     assert relay.failovers("down") == 1 and relay.active("node2") == 1
+    # ktm verify in failover mode: against the node that is up, the copy of both is exact
+    assert_verified(verify_once(config, spark, failover=True), sent)
     print(
         f"\nfailover time (kill -9 -> first record from node2): {first_from_node2 - killed_at:.2f}s"
     )

@@ -113,6 +113,9 @@ def test_restart_after_sigkill_relays_every_record_exactly_once(
         assert relayed_offsets(records) == {(src, p): list(range(RESTART_RECORDS // parts))}
         expected = [restart_record(parts * n + p) for n in range(RESTART_RECORDS // parts)]
         assert [(r.key, r.value) for r in records] == [(e.key, e.value) for e in expected]
+    verified = run_ktm(tmp_path, "--config", str(last_config), command="verify", timeout=120)
+    assert verified.returncode == 0, verified.stderr  # ktm verify proves the same
+    assert f"{parts} exact, 0 differ" in verified.stdout
 
 
 @pytest.mark.timeout(240)

@@ -29,6 +29,12 @@ RECORDS = 200  # over 2 partitions
 KEY_PREFIX = Path(__file__).resolve().parents[2] / "filters" / "key_prefix.py"
 
 
+def own_group() -> str:
+    """A relay's [app] with a group of its own: relays of other configs before it on the same
+    target must not be taken for members of its group."""
+    return f'metrics_addr = ""\ngroup_id = "{unique_topic("verify-group")}"'
+
+
 def source_records() -> list[Record]:
     return [Record(key=b"%s-%d" % (b"keep" if i % 4 else b"drop", i), value=b"v%d" % i,
                    headers=[("h", b"%d" % i)], partition=i % 2, timestamp_ms=1_600_000_000_000 + i)
@@ -65,7 +71,7 @@ def test_a_relayed_copy_verifies_exact_also_filtered_and_only_then(
                 'config = { prefixes = ["keep"] }\n')  # fmt: skip
     config = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
                           target=target_broker.bootstrap, topics={source_topic: dest},
-                          extra="\n" + filtered)  # fmt: skip
+                          extra="\n" + filtered, app=own_group())  # fmt: skip
     relay_once(config)
     reports = verify(config, spark)
     assert [r.key for r in reports] == [(source_topic, 0), (source_topic, 1)]
@@ -141,6 +147,37 @@ def test_one_fault_in_a_destination_is_found_named_and_located(
     )
     reports = verify(config, spark, (f"{source_topic}:0",))
     assert faults(reports) == {(source_topic, 0): expected}
+
+
+def test_two_source_partitions_in_one_destination_partition_verify_exact(
+    source_broker, target_broker, source_topic, spark, tmp_path
+):
+    dest = create_topic(target_broker.bootstrap, unique_topic("verify-fan-in"), partitions=2)
+    config = write_config(
+        tmp_path / "n.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={source_topic: f"{dest}:1"},
+        app=own_group(),
+    )
+    relay_once(config)  # "dest:1": both source partitions into destination partition 1
+    reports = verify(config, spark)
+    assert [(r.key, r.dest, r.exact) for r in reports] == [
+        ((source_topic, 0), (dest, 1), True), ((source_topic, 1), (dest, 1), True)
+    ]  # fmt: skip
+    assert sum(r.equal for r in reports) == RECORDS
+
+
+def test_a_store_that_holds_nothing_of_a_topic_is_one_line_and_exit_2(
+    source_broker, source_topic, tmp_path
+):
+    empty = tmp_path / "empty-store"
+    empty.mkdir()
+    config = write_config(tmp_path / "e.toml", source=source_broker.bootstrap,
+                          target="127.0.0.1:9", topics={source_topic: source_topic},
+                          extra=f'\n[store]\nurl = "{empty}"\n')  # fmt: skip
+    run = run_ktm(tmp_path, "--config", str(config), "--store", command="verify", timeout=60)
+    assert_one_error_line(run, 2, "[store].url", "holds no segment", source_topic)
 
 
 def test_a_record_no_source_explains_is_reported_under_its_destination(
@@ -234,8 +271,13 @@ def test_following_a_running_relay_proves_what_it_copied_and_finds_a_fault_behin
 ):
     topic = create_topic(source_broker.bootstrap, unique_topic("verify-follow"), partitions=1)
     dest = create_topic(target_broker.bootstrap, unique_topic("verify-follow-dst"), partitions=1)
-    config = write_config(tmp_path / "f.toml", source=source_broker.bootstrap,
-                          target=target_broker.bootstrap, topics={topic: dest})  # fmt: skip
+    config = write_config(
+        tmp_path / "f.toml",
+        source=source_broker.bootstrap,
+        target=target_broker.bootstrap,
+        topics={topic: dest},
+        app=own_group(),
+    )
     feeder = Feeder(source_broker.bootstrap, topic, 1, per_batch=20, pause=0.05)
     relay = Background(config, failover=False)
     plan = plan_verify(load_config(config), "relay", False, None, follow=True)
@@ -277,7 +319,7 @@ def test_a_relay_with_verify_follow_proves_its_own_copy_on_a_slot_of_its_spark(
     topic = create_topic(source_broker.bootstrap, unique_topic("verify-inside"), partitions=2)
     dest = create_topic(target_broker.bootstrap, unique_topic("verify-inside-dst"), partitions=2)
     config = write_config(tmp_path / "i.toml", source=source_broker.bootstrap,
-                          target=target_broker.bootstrap, topics={topic: dest},
+                          target=target_broker.bootstrap, topics={topic: dest}, app=own_group(),
                           extra='\n[verify]\nfollow = true\ninterval = "300ms"\n')  # fmt: skip
     feeder = Feeder(source_broker.bootstrap, topic, 2, per_batch=20, pause=0.05)
     relay = Background(config, failover=False)

@@ -53,11 +53,11 @@ def restore(conf: Path, **options: Any) -> tuple[RunSummary, Runner]:
 
 def verify_once(
     conf: Path, engine: Any, kind: str = "relay", partitions: tuple[str, ...] = (),
-    scope: Scope | None = None,
+    scope: Scope | None = None, failover: bool = False,
 ) -> list[PartitionReport]:  # fmt: skip
     """`ktm verify` (`--store` for kind "backup", `--from-store` for "restore"), whole."""
     cfg = load_config(conf, needs=frozenset(NEEDS[kind]))
-    plan = plan_verify(cfg, kind, False, parse_partitions(partitions), scope)
+    plan = plan_verify(cfg, kind, failover, parse_partitions(partitions), scope)
     return verify_all(VerifyPipeline(plan, 30.0), engine, lambda progress: None)
 
 
