@@ -65,7 +65,7 @@ def verify(opts: Options, options: VerifyOptions) -> int:
 
                 return follow(cfg, pipeline, engine)
             ready = time.monotonic()
-            with _bar(opts) as on_pass:
+            with _bar(opts, pipeline.progress().total) as on_pass:
                 reports = verify_all(pipeline, engine, on_pass)
             timing = {
                 "start": round(ready - began, 2),
@@ -125,7 +125,7 @@ def _engine(cfg: Config, opts: Options, slots: int) -> Iterator[Engine]:
 
 
 @contextmanager
-def _bar(opts: Options) -> Iterator[Callable[[Progress], None]]:
+def _bar(opts: Options, total: int) -> Iterator[Callable[[Progress], None]]:
     """A rich progress bar with an ETA on a terminal; nothing otherwise."""
     if not (opts.progress and opts.log_format == "text" and sys.stdout.isatty()):
         yield lambda progress: None
@@ -136,7 +136,7 @@ def _bar(opts: Options) -> Iterator[Callable[[Progress], None]]:
                rich.TextColumn("{task.completed:,} / {task.total:,} records"),
                rich.TimeRemainingColumn())  # fmt: skip
     with rich.Progress(*columns, transient=True) as bar:
-        task = bar.add_task("verify", total=None)
+        task = bar.add_task("verify", total=max(total, 1))
 
         def on_pass(progress: Progress) -> None:
             bar.update(task, completed=progress.read, total=max(progress.total, progress.read))

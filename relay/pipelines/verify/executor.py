@@ -129,6 +129,7 @@ def _check(
     for chunk in target.found(work, position, task.scope, task.clusters):
         for item in chunk.records:
             found = _claimed(item, checkers) if isinstance(item, BatchClaim) else (item,)
+            read += item.record_count if isinstance(item, BatchClaim) else 1
             for key, source_offset, dest_offset, copy, where in found:
                 checker = checkers.get(key) if key is not None else None
                 if checker is not None:
@@ -136,7 +137,6 @@ def _check(
                 else:
                     stray += 1
                     first_stray = dest_offset if first_stray < 0 else first_stray
-                read += 1
         position = chunk.next_position
         if time.monotonic() > deadline:
             finished = False
