@@ -136,8 +136,17 @@ def test_one_fault_in_a_destination_is_found_named_and_located(
     source_broker, target_broker, source_topic, spark, tmp_path, fault
 ):
     reorder, change, expected = FAULTS[fault]
-    dest = create_topic(target_broker.bootstrap, unique_topic("verify-fault"), partitions=1)
     order = reorder(list(range(RECORDS // 2)))
+    reports = verify_made_copy(source_broker, target_broker, source_topic, spark, tmp_path,
+                               order, change)  # fmt: skip
+    assert faults(reports) == {(source_topic, 0): expected}
+
+
+def verify_made_copy(
+    source_broker, target_broker, source_topic, spark, tmp_path, order, change=None
+) -> list[PartitionReport]:
+    """Source partition 0 copied by hand (`copy_with`) into a fresh destination, verified."""
+    dest = create_topic(target_broker.bootstrap, unique_topic("verify-made"), partitions=1)
     produce(target_broker.bootstrap, dest, copy_with(source_records(), source_topic, order, change))
     config = write_config(
         tmp_path / "c.toml",
@@ -145,8 +154,7 @@ def test_one_fault_in_a_destination_is_found_named_and_located(
         target=target_broker.bootstrap,
         topics={source_topic: f"{dest}:0"},
     )
-    reports = verify(config, spark, (f"{source_topic}:0",))
-    assert faults(reports) == {(source_topic, 0): expected}
+    return verify(config, spark, (f"{source_topic}:0",))
 
 
 def test_two_source_partitions_in_one_destination_partition_verify_exact(
@@ -183,16 +191,8 @@ def test_a_store_that_holds_nothing_of_a_topic_is_one_line_and_exit_2(
 def test_a_record_no_source_explains_is_reported_under_its_destination(
     source_broker, target_broker, source_topic, spark, tmp_path
 ):
-    dest = create_topic(target_broker.bootstrap, unique_topic("verify-stray"), partitions=1)
     order = [*range(60), -1, *range(60, RECORDS // 2)]
-    produce(target_broker.bootstrap, dest, copy_with(source_records(), source_topic, order))
-    config = write_config(
-        tmp_path / "c.toml",
-        source=source_broker.bootstrap,
-        target=target_broker.bootstrap,
-        topics={source_topic: f"{dest}:0"},
-    )
-    reports = verify(config, spark, (f"{source_topic}:0",))
+    reports = verify_made_copy(source_broker, target_broker, source_topic, spark, tmp_path, order)
     assert faults(reports) == {None: {"unexpected": (1, -1, 60)}}
     assert [r.equal for r in reports if r.key is not None] == [RECORDS // 2]
 

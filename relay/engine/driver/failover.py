@@ -218,15 +218,7 @@ class SourcePool:
 
     def topic_counts(self, timeout: float) -> dict[str, int]:
         """Every topic's partition count, from the first node that answers."""
-        errors = []
-        for node in self.nodes:
-            try:
-                return admin.all_partition_counts(node, timeout)
-            except Exception as exc:
-                if not is_retriable(exc):
-                    raise
-                errors.append(f"{describe(node)}: {exc}")
-        raise ConnectionError("no source node answered: " + "; ".join(errors))
+        return first_answering(self.nodes, timeout)[1]
 
     def start(self, keys: Sequence[SourcePartition], nexts: dict[SourcePartition, int]) -> None:
         """Pick the first active node (failover: one that holds everything relayed so far)."""
@@ -298,3 +290,19 @@ def _why(views: Sequence[NodeView], nexts: dict[SourcePartition, int]) -> str:
             behind = [k for k, nxt in nexts.items() if view.ends.get(k, -1) < nxt]
             reasons.append(f"{view.name} behind what was relayed on {len(behind)} partition(s)")
     return "; ".join(reasons)
+
+
+def first_answering(
+    nodes: Sequence[ClusterConfig], timeout: float
+) -> tuple[ClusterConfig, dict[str, int]]:
+    """The first node that answers, with every topic's partition count on it (all nodes hold
+    the same topics); a node that fails for a retriable reason is passed over."""
+    errors = []
+    for node in nodes:
+        try:
+            return node, admin.all_partition_counts(node, timeout)
+        except Exception as exc:
+            if not is_retriable(exc):
+                raise
+            errors.append(f"{describe(node)}: {exc}")
+    raise ConnectionError("no source node answered: " + "; ".join(errors))

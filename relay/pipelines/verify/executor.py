@@ -128,8 +128,10 @@ def _check(
     finished = True
     for chunk in target.found(work, position, task.scope, task.clusters):
         for item in chunk.records:
-            found = _claimed(item, checkers) if isinstance(item, BatchClaim) else (item,)
-            read += item.record_count if isinstance(item, BatchClaim) else 1
+            if isinstance(item, BatchClaim):
+                found, read = _claimed(item, checkers), read + item.record_count
+            else:
+                found, read = [item], read + 1
             for key, source_offset, dest_offset, copy, where in found:
                 checker = checkers.get(key) if key is not None else None
                 if checker is not None:

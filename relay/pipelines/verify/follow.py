@@ -63,23 +63,23 @@ class Follower:
         # records naming no source are counted under their destination partition
         topic, partition = one.key or (f"{one.dest[0]} (destination)", one.dest[1])
         labels = (topic, str(partition))
+        which = one.key or one.dest
         if verified_next is not None:
             m.verified_next.labels(*labels).set(verified_next)
-        compared = self._compared.get(one.key or one.dest, 0)
-        m.verified.labels(*labels).inc(one.compared - compared)
-        self._compared[one.key or one.dest] = one.compared
+        m.verified.labels(*labels).inc(one.compared - self._compared.get(which, 0))
+        self._compared[which] = one.compared
         first = {f.kind: f for f in one.first}
         for kind, count in one.counts:
-            seen = self._counted.get((one.key or one.dest, kind), 0)
+            seen = self._counted.get((which, kind), 0)
             if count > seen:
                 m.verify_mismatches.labels(*labels, kind).inc(count - seen)
                 if not seen:
                     log.warning("verify: %s: %s %d (first: %s)", report.name(one), kind,
-                                count - seen, report.where(first[kind]))  # fmt: skip
-                self._counted[(one.key or one.dest, kind)] = count
-        if one.not_verified and (one.key or one.dest, "not verified") not in self._counted:
+                                count, report.where(first[kind]))  # fmt: skip
+                self._counted[(which, kind)] = count
+        if one.not_verified and (which, "not verified") not in self._counted:
             log.warning("verify: %s was not verified: %s", report.name(one), one.not_verified)
-            self._counted[(one.key or one.dest, "not verified")] = 1
+            self._counted[(which, "not verified")] = 1
 
     @property
     def age(self) -> float:

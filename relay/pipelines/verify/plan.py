@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 from relay.clients import admin
 from relay.clients.settings import describe
 from relay.config import ClusterConfig, Config, StoreConfig
+from relay.engine.driver.failover import first_answering
 from relay.engine.driver.plan import plan_routes
 from relay.engine.metrics import Metrics
-from relay.errors import ConfigError, KafkaSetupError, KtmError
+from relay.errors import ConfigError, KafkaSetupError
 from relay.filters import FilterSpec, load_filters
 from relay.pipelines.verify.spec import OPEN, DestWork, Feeder, Scope
 from relay.spec import PartitionRoute
@@ -96,7 +97,7 @@ def _backup(cfg: Config, failover: bool, selection: Selection | None, scope: Sco
     store = _store(store_cfg)
     filters = load_filters(cfg)
     names = sorted({t.source for t in cfg.topics})
-    source, counts = _first_answering(cfg.sources if failover else cfg.sources[:1], names, cfg)
+    source, counts = first_answering(cfg.sources if failover else cfg.sources[:1], _timeout(cfg))
     routes = [PartitionRoute(t, p, t, p) for t in names if t in counts for p in range(counts[t])]
     missing = [t for t in names if t not in counts]
     if missing:
@@ -159,20 +160,6 @@ def _dest_works(
                  tuple(sorted(fs, key=lambda f: f.key)))
         for (topic, partition), fs in sorted(feeders.items())
     )  # fmt: skip
-
-
-def _first_answering(
-    nodes: Sequence[ClusterConfig], names: list[str], cfg: Config
-) -> tuple[ClusterConfig, dict[str, int]]:
-    """The first node that answers, with the partition counts of `names` on it."""
-    error: KtmError | None = None
-    for node in nodes:
-        try:
-            return node, admin.partition_counts(node, names, _timeout(cfg))
-        except KafkaSetupError as exc:
-            error = error or exc
-    assert error is not None
-    raise error
 
 
 def _store(cfg: StoreConfig) -> SegmentStore:

@@ -242,9 +242,8 @@ def claims(
     if batch.is_control or header.record_count < 1:
         return
     buf = batch.records()
-    start = last_record_start(buf, header.record_count)
-    ts = header.first_timestamp + parse_at(buf, start).timestamp_delta
-    last = decode_at(buf, parse_at(buf, start), header.base_offset, ts)
+    at = parse_at(buf, last_record_start(buf, header.record_count))
+    last = decode_at(buf, at, header.base_offset, header.first_timestamp + at.timestamp_delta)
     found = last_provenance(last.headers)
     if found is not None and found.batch:
         if wanted is not None and not wanted(found):
