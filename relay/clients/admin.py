@@ -12,7 +12,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,7 +22,7 @@ from kafka.errors import IncompatibleBrokerVersion, KafkaTimeoutError, Unsupport
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
-from relay.clients.kept import kept
+from relay.clients.kept import kept, open_early
 from relay.clients.settings import (  # noqa: F401
     client_settings,
     describe,
@@ -58,7 +58,18 @@ def probe_consumer(
 
     With `group_id` it can also read committed offsets; it never joins the group.
     """
+    with kept(*_probe(cluster, timeout, group_id)) as consumer:
+        yield consumer
 
+
+def open_probe_early(cluster: ClusterConfig, timeout: float) -> None:
+    """Start opening the consumer `offset_bounds` asks with (`relay.clients.kept.open_early`)."""
+    open_early(*_probe(cluster, timeout, None))
+
+
+def _probe(
+    cluster: ClusterConfig, timeout: float, group_id: str | None
+) -> tuple[Hashable, Callable[[], KafkaConsumer], Callable[[KafkaConsumer], Any]]:
     def make() -> KafkaConsumer:
         try:
             consumer = KafkaConsumer(
@@ -73,8 +84,7 @@ def probe_consumer(
         return never_create_topics(consumer)
 
     key = ("probe", cluster, timeout, group_id)
-    with kept(key, make, lambda consumer: consumer.close(autocommit=False)) as consumer:
-        yield consumer
+    return key, make, lambda consumer: consumer.close(autocommit=False)
 
 
 class Unsupported(Exception):

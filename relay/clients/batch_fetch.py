@@ -25,6 +25,7 @@ it), so nothing is returned twice or skipped.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -39,6 +40,8 @@ from kafka.protocol.consumer import FetchRequest
 from relay.clients.fetch_session import FetchSession, NextFetch
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig, FetchConfig
+
+log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 
@@ -186,6 +189,34 @@ class BatchFetcher:
         for key in positions:
             found.setdefault(key, _failed(late))
         return found
+
+    # ---- before the first fetch ------------------------------------------------------------
+
+    def warm(self, topics: frozenset[str], timeout: float) -> None:
+        """Metadata for `topics` and a ready connection to each of their leaders, so that the
+        first fetch goes out at once: each is a round trip or two, a second across a long
+        link, paid here while the driver still waits for its group. Best effort, never
+        raises: what is not ready in time is asked for again by the first fetch."""
+        try:
+            self._connect_leaders(topics, time.monotonic() + timeout)
+        except Exception as exc:  # noqa: BLE001 - the first fetch meets it and reports it
+            log.debug("warming the fetches of %s: %s", sorted(topics), exc)
+
+    def _connect_leaders(self, topics: frozenset[str], deadline: float) -> None:
+        self._know_topics(set(topics))
+        cluster = self._client.cluster
+        leaders = {
+            cluster.leader_for_partition(TopicPartition(topic, partition))
+            for topic in topics
+            for partition in cluster.partitions_for_topic(topic) or ()
+        } - {None, -1}
+        for node in leaders:
+            self._client.maybe_connect(node)  # every leader's connection starts at once
+        for node in leaders:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._client.await_ready(node, timeout_ms=max(1, int(left * 1000)))
 
     # ---- the wire -------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
@@ -106,6 +106,12 @@ class Producer:
                 internals.several_batches_in_flight(self._producer)
             except internals.Missing as exc:
                 log.warning("%s: one produce request per partition at a time", exc)
+
+    def warm(self, topics: Iterable[str]) -> None:
+        """The destination topics' metadata before the first send (a round trip each time a
+        task would otherwise wait for it)."""
+        for topic in topics:
+            self._producer.partitions_for(topic)
 
     def send_batch(self, topic: str, partition: int, items: Sequence[Item]) -> list[Segment]:
         """Append records, in order, to one partition; returns segments covering them in order."""

@@ -137,6 +137,12 @@ class Engine:
         an importable module: Spark ships it by reference)."""
         return RoundJob(self._context, round_id, list(tasks), sides)
 
+    def warm(self, spec: TaskSpec, sides: Callable[[Any], Sides]) -> RoundJob:
+        """Each slot's worker opens the clients the first round's tasks will use (`Sides.warm`),
+        as a job of its own while the driver waits for its group; the round's tasks queue
+        behind it on the slots, and would open the same clients first anyway."""
+        return RoundJob(self._context, 0, [spec] * self.slots, sides, _open_clients)
+
     def run_batch(self, tasks: Sequence[T], run: Callable[[T], R]) -> list[R]:
         """A batch job (ktm compact): `run` on one task per spec, results collected at the
         end; `run` is a function of an importable module (Spark ships it by reference)."""
@@ -194,10 +200,16 @@ class RoundJob:
     """One round running as a Spark job on its own thread."""
 
     def __init__(
-        self, context: Any, round_id: int, tasks: list[TaskSpec], sides: Callable[[Any], Sides]
+        self,
+        context: Any,
+        round_id: int,
+        tasks: list[TaskSpec],
+        sides: Callable[[Any], Sides],
+        entry: Callable[[Callable[[Any], Sides], TaskSpec], Any] | None = None,
     ):
         self._context = context
         self._sides = sides
+        self._entry = entry or _run_attempt
         self.group = f"ktm-round-{round_id}"
         self._tasks = tasks
         self._results: list[GroupResult] = []
@@ -210,7 +222,7 @@ class RoundJob:
         try:
             self._context.setJobGroup(self.group, f"ktm: {len(self._tasks)} tasks", True)
             rdd = self._context.parallelize(self._tasks, len(self._tasks))
-            run = functools.partial(_run_attempt, self._sides)
+            run = functools.partial(self._entry, self._sides)
             self._results = list(rdd.map(run).collect())
         except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread
             self._error = exc
@@ -244,6 +256,14 @@ def _warm(_: int) -> int:
     # the import is the point: kafka-python and ours, loaded before the first round
     import relay.engine.executor.task  # noqa: F401
 
+    return os.getpid()
+
+
+def _open_clients(sides: Callable[[Any], Sides], task: TaskSpec) -> int:
+    try:
+        sides(task).warm()
+    except Exception:  # noqa: BLE001 - a head start only: the round's tasks open them again
+        pass
     return os.getpid()
 
 

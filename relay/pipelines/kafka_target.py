@@ -69,6 +69,9 @@ class KafkaTarget:
     def buffer_limit(self) -> int | None:
         return self.target.buffer_memory
 
+    def warm(self) -> None:
+        self.producer().warm({w.route.target_topic for w in self.partitions})
+
     def evict(self, kind: str) -> None:
         """Drop the producer after a failure so the next round starts from a clean connection
         state. It is abandoned, not flushed: batches queued after a failed one would land

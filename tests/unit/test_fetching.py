@@ -52,6 +52,19 @@ class FakeNet:
     def close(self) -> None:
         pass
 
+    connecting: list[int] = field(default_factory=list)
+    ready: list[int] = field(default_factory=list)
+    refuse: set[int] = field(default_factory=set)  # nodes whose connection fails
+
+    def maybe_connect(self, node: int) -> None:
+        self.connecting.append(node)
+
+    def await_ready(self, node: int, timeout_ms: int = 30000) -> bool:
+        if node in self.refuse:
+            raise kafka_errors.KafkaConnectionError(f"node {node} refused")
+        self.ready.append(node)
+        return True
+
     def to(self, node: int) -> list[Any]:
         return [request for n, request, _ in self.sent if n == node]
 
@@ -193,3 +206,17 @@ def test_a_session_error_or_a_failed_fetch_starts_over_with_a_full_fetch():
     assert session.next_fetch({(T, 0): (7, 1024)}).session_id == 10
     session.forget()  # the request failed: what the broker holds is unknown
     assert session.next_fetch({(T, 0): (7, 1024)}).send == {(T, 0): (7, 1024)}
+
+
+def test_warming_connects_every_leader_of_the_topics_and_sends_no_fetch(net):
+    fetcher(net).warm(frozenset({T}), 5.0)
+    assert sorted(net.connecting) == [1, 2] and sorted(net.ready) == [1, 2]
+    assert net.sent == []  # the first fetch is the task's
+
+
+def test_warming_never_raises_and_the_first_fetch_still_goes_out(net):
+    net.refuse = {1}
+    batches = fetcher(net)
+    batches.warm(frozenset({T}), 5.0)  # node 1 refused: the warm-up gives up quietly
+    batches.send({(T, 0): 0, (T, 1): 0})
+    assert sorted(node for node, _, _ in net.sent) == [1, 2]

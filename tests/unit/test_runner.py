@@ -107,6 +107,10 @@ class FakeBackend:
 
     def __init__(self, engine: FakeEngine):
         self.engine = engine
+        self.warmed: list[Spec] = []
+
+    def warm(self, spec: Spec, sides: object) -> None:
+        self.warmed.append(spec)
 
     def begin(self, partitions: int) -> None:
         pass
@@ -221,6 +225,9 @@ def test_a_stop_at_end_run_plans_groups_on_the_slots_and_ends_when_all_reached_t
     assert len(engine.rounds) == 1 and len(engine.rounds[0]) == 2  # 4 partitions, 2 slots
     assert sorted(w.route.key for t in engine.rounds[0] for w in t.works) == KEYS
     assert summary.relayed == 400 and summary.next_offsets == STOPS
+    # before the first round the workers opened their clients, once, for the one topic
+    warmed = run.backend.warmed  # type: ignore[attr-defined]
+    assert [[w.route.topic for w in spec.works] for spec in warmed] == [["t"]]
 
 
 def test_a_retriable_target_error_is_retried_from_where_the_destination_stands():

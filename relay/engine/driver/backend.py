@@ -9,11 +9,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from relay.config import SparkConfig
 from relay.engine.channel import ControlServer, Report
+from relay.engine.executor.sides import Sides
 from relay.engine.metrics import Metrics
-from relay.engine.spark import Engine, default_master, make_log_dir
+from relay.engine.spark import Engine, RoundJob, default_master, make_log_dir
+from relay.spec import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class SparkBackend:
         self.channel: ControlServer | None = None
         self.used = False  # a round ran: the workers hold clients worth closing
         self._start: Future[Engine] | None = None
+        self._warming: RoundJob | None = None
 
     def begin(self, partitions: int) -> None:
         """Start Spark (and its Python workers) on a thread; safe to call twice."""
@@ -66,6 +70,12 @@ class SparkBackend:
             )
         assert self.channel is not None
         return self.engine, self.channel
+
+    def warm(self, spec: TaskSpec, sides: Callable[[Any], Sides]) -> None:
+        """The workers open the first round's clients in the background (Engine.warm)."""
+        engine, _ = self.ready(0)
+        self._warming = engine.warm(spec, sides)
+        self.used = True  # the workers hold clients worth closing
 
     def engine_slots(self) -> int:
         return self.engine.slots if self.engine is not None else 0
@@ -98,6 +108,8 @@ class SparkBackend:
         except Exception as exc:  # noqa: BLE001 - it failed to start: nothing to stop
             log.debug("spark start failed: %s", exc)
             return
+        if self._warming is not None:
+            self._warming.cancel()  # not to hold closing the clients up behind a slow bootstrap
         if self.used:
             engine.close_workers()
         engine.stop(write_archive=not (self._stopping is not None and self._stopping.is_set()))

@@ -154,6 +154,7 @@ class Runner:
         try:
             if self._pending():
                 membership = self._join(self.routes)
+                self._warm_workers()
                 membership.wait_assigned(self.stop_event)
             while not self.stop_event.is_set():
                 self._take_changes()
@@ -174,6 +175,17 @@ class Runner:
             self._summarize()
             self.close()
         return self.summary
+
+    def _warm_workers(self) -> None:
+        """While the group forms (seconds: a new group's first rebalance is delayed), each
+        slot's worker opens the clients its first task will use: across a 240 ms link their
+        bootstraps, metadata and leader connections cost over a second."""
+        engine, channel = self.backend.ready(self._slots_for(self.routes))
+        first_of_topic = {r.topic: r for r in self.routes}  # the topics are what is warmed
+        works = tuple(PartitionWork(r, 0, None) for r in first_of_topic.values())
+        rates = self.shares.of_task(min(engine.slots, len(self.routes)))
+        self.backend.warm(self.pipeline.task(0, 0, works, channel.address, rates),
+                          self.pipeline.sides)  # fmt: skip
 
     def close(self) -> None:
         if not self._closed:

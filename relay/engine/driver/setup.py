@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from relay.clients import admin
@@ -53,22 +53,29 @@ class Startup:
         stop_at_end: bool,
         on_routes: Callable[[list[PartitionRoute]], None] | None = None,
         topics: Sequence[TopicRoute] | None = None,
+        source_counts: Mapping[str, int] | None = None,
     ) -> Plan:
-        """`topics`: the routes to plan (default: `[topics]`). The clients it makes are kept
-        open until it returns: each cluster is asked several things in a row."""
+        """`topics`: the routes to plan (default: `[topics]`), `source_counts`: their source
+        partition counts if the caller just read them. The clients it makes are kept open
+        until it returns: each cluster is asked several things in a row."""
         with keep_clients():
-            return self._plan(stop_at_end, on_routes, topics)
+            return self._plan(stop_at_end, on_routes, topics, source_counts)
 
     def _plan(
         self,
         stop_at_end: bool,
         on_routes: Callable[[list[PartitionRoute]], None] | None,
         topics: Sequence[TopicRoute] | None,
+        source_counts: Mapping[str, int] | None,
     ) -> Plan:
         cfg, target = self.cfg, self.cfg.need_target().cluster
         topics = cfg.topics if topics is None else topics
         names = [r.source for r in topics]
-        src_counts = self.call("source", lambda: self.pool.partition_counts(names, self.timeout))
+        if source_counts is None:
+            source_counts = self.call(
+                "source", lambda: self.pool.partition_counts(names, self.timeout)
+            )
+        src_counts = {name: source_counts[name] for name in names if name in source_counts}
         dst_counts = self.call(
             "target",
             lambda: admin.partition_counts(target, [r.target for r in topics], self.timeout),
@@ -78,6 +85,8 @@ class Startup:
         )
         if on_routes is not None:
             on_routes(routes)
+        # the source's bounds are read last (`resume`): their client opens meanwhile
+        admin.open_probe_early(self.pool.active, self.timeout)
         at_destination = self.call(
             "target", lambda: destination_next_offsets(target, routes, self.timeout)
         )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any, Protocol
@@ -74,12 +76,21 @@ class Sides(Protocol):
     def flush(self, timeout: float | None) -> None: ...
     def abandon(self) -> None: ...
     def evict(self, kind: str) -> None: ...
+    def warm(self) -> None:
+        """Open this worker's cached clients for the spec's topics before the first round
+        (best effort: relay.engine.executor.warm)."""
+        ...
 
 
 def source_reader(
-    source: ClusterConfig, group_id: str, batches: bool = False, fetch: FetchConfig | None = None
+    source: ClusterConfig,
+    group_id: str,
+    batches: bool = False,
+    fetch: FetchConfig | None = None,
+    warm: frozenset[str] = frozenset(),
 ) -> GroupReader:
-    """The worker's cached reader: of record batches (the batch path) or of records."""
+    """The worker's cached reader: of record batches (the batch path) or of records; a new
+    reader of batches readies the fetches of the `warm` topics as it opens."""
     fetch = fetch or FetchConfig()
     key = (source, group_id, batches, fetch)
     for other in [k for k in _readers if k != key]:
@@ -89,12 +100,38 @@ def source_reader(
     if key not in _readers:
         try:
             if batches:
-                _readers[key] = BatchReader(source, group_id, fetch)
+                _readers[key] = BatchReader(source, group_id, fetch, warm)
             else:
                 _readers[key] = GroupReader(source, group_id, fetch.timeout)
         except Exception as exc:
             raise SourceFailure(str(exc)) from exc
     return _readers[key]
+
+
+def open_at_once(*opens: Callable[[], object]) -> None:
+    """Open clients of different clusters side by side: each bootstrap is a few round trips,
+    and across a long link one after another they add up to seconds. Errors are left for the
+    task to meet when it opens the client itself."""
+    threads = [threading.Thread(target=_quietly, args=(o,), daemon=True) for o in opens]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _quietly(open_client: Callable[[], object]) -> None:
+    try:
+        open_client()
+    except Exception as exc:  # noqa: BLE001 - a warm-up: the task opens it again and reports
+        log.debug("warming a client: %s", exc)
+
+
+def warm_reader(
+    source: ClusterConfig, group_id: str, fetch: FetchConfig, works: tuple[PartitionWork, ...]
+) -> None:
+    """The worker's cached batch reader, opened with metadata and leader connections for the
+    topics of `works` (one cached already is warm from its earlier rounds)."""
+    source_reader(source, group_id, True, fetch, frozenset(w.route.topic for w in works))
 
 
 def evict_reader(source: ClusterConfig, group_id: str, kind: str) -> None:

@@ -11,7 +11,7 @@ from relay.batches.records import decode_batch
 from relay.clients.consumer import GroupReader
 from relay.config import StoreConfig
 from relay.engine.executor.failures import SourceFailure, TargetFailure
-from relay.engine.executor.sides import evict_reader, moved_forward, source_reader
+from relay.engine.executor.sides import evict_reader, moved_forward, source_reader, warm_reader
 from relay.pipelines.backup.spec import BackupTask
 from relay.spec import PartitionRoute, PartitionWork
 from relay.store import SegmentBuffer, SegmentStore
@@ -54,6 +54,10 @@ class BackupSides:
 
     def buffer_limit(self) -> int | None:
         return None  # the open segments are bounded by [store]'s limits
+
+    def warm(self) -> None:
+        task = self.task
+        warm_reader(task.source, task.group_id, task.fetch, task.partitions)
 
     def evict(self, kind: str) -> None:
         evict_reader(self.task.source, self.task.group_id, kind)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from relay.batches import Origin, codecs
 from relay.clients.consumer import GroupReader
-from relay.engine.executor.sides import evict_reader, source_reader
+from relay.engine.executor.sides import evict_reader, open_at_once, source_reader, warm_reader
 from relay.pipelines.kafka_target import KafkaTarget, KafkaWriter
 from relay.pipelines.relay.spec import RelayTask
 from relay.spec import PartitionWork
@@ -30,6 +30,16 @@ class RelaySides(KafkaTarget):
         shape = (codecs.BY_NAME[target.compression], target.batch_size)
         return KafkaWriter(self.producer(), work.route, origin, latencies, shape,
                            target.max_batch_bytes)  # fmt: skip
+
+    def warm(self) -> None:
+        """The producer and the source reader open side by side (the reader of record batches:
+        the record path is a fallback the first round finds out about, and then opens its
+        own)."""
+        task = self.task
+        open_at_once(
+            super().warm,
+            lambda: warm_reader(task.source, task.group_id, task.fetch, self.partitions),
+        )
 
     def evict(self, kind: str) -> None:
         super().evict(kind)
