@@ -22,7 +22,7 @@ from kafka.errors import IncompatibleBrokerVersion, KafkaTimeoutError, Unsupport
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
-from relay.clients.kept import kept, open_early
+from relay.clients.kept import kept
 from relay.clients.settings import (  # noqa: F401
     client_settings,
     describe,
@@ -60,11 +60,6 @@ def probe_consumer(
     """
     with kept(*_probe(cluster, timeout, group_id)) as consumer:
         yield consumer
-
-
-def open_probe_early(cluster: ClusterConfig, timeout: float) -> None:
-    """Start opening the consumer `offset_bounds` asks with (`relay.clients.kept.open_early`)."""
-    open_early(*_probe(cluster, timeout, None))
 
 
 def _probe(

@@ -13,10 +13,8 @@ use makes a new one.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -28,7 +26,6 @@ _local = threading.local()
 class ClientCache:
     def __init__(self) -> None:
         self.clients: dict[Hashable, tuple[Any, Callable[[Any], Any]]] = {}
-        self.opening: dict[Hashable, tuple[Future[Any], Callable[[Any], Any]]] = {}
 
     @contextmanager
     def use(self) -> Iterator[None]:
@@ -42,9 +39,6 @@ class ClientCache:
 
     def close(self) -> None:
         clients, self.clients = self.clients, {}
-        opening, self.opening = self.opening, {}
-        for future, close in opening.values():  # opened early, never asked for
-            future.add_done_callback(functools.partial(_close_made, close))
         for client, close in clients.values():
             _close_quietly(close, client)
 
@@ -63,19 +57,6 @@ def keep_clients() -> Iterator[None]:
         cache.close()
 
 
-def open_early(key: Hashable, make: Callable[[], T], close: Callable[[T], Any]) -> None:
-    """Start making the client `kept(key, ...)` will hand out, on a thread of its own: a
-    question asked later then skips its bootstrap (a second across a 240 ms link), paid
-    meanwhile. Only inside a cache (else the client would be thrown away); a client that
-    failed to open early is made again when asked for, and fails there if it must."""
-    cache: ClientCache | None = getattr(_local, "cache", None)
-    if cache is None or key in cache.clients or key in cache.opening:
-        return
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ktm-open-early")
-    cache.opening[key] = (pool.submit(make), close)
-    pool.shutdown(wait=False)
-
-
 @contextmanager
 def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], Any]) -> Iterator[T]:
     """A client for `key`: the cached one while a cache is in use, else a new one closed
@@ -89,8 +70,7 @@ def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], Any]) -> Ite
             close(client)
         return
     if key not in cache.clients:
-        early = cache.opening.pop(key, None)
-        cache.clients[key] = (_taken(early[0], make) if early else make(), close)
+        cache.clients[key] = (make(), close)
     client = cache.clients[key][0]
     try:
         yield client
@@ -98,18 +78,6 @@ def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], Any]) -> Ite
         cache.clients.pop(key, None)
         _close_quietly(close, client)
         raise
-
-
-def _taken(early: Future[T], make: Callable[[], T]) -> T:
-    try:
-        return early.result()
-    except Exception:  # noqa: BLE001 - made again here, where its error is reported
-        return make()
-
-
-def _close_made(close: Callable[[Any], Any], future: Future[Any]) -> None:
-    if future.exception() is None:
-        _close_quietly(close, future.result())
 
 
 def _close_quietly(close: Callable[[Any], Any], client: Any) -> None:

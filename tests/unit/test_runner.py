@@ -226,7 +226,7 @@ def test_a_stop_at_end_run_plans_groups_on_the_slots_and_ends_when_all_reached_t
     assert sorted(w.route.key for t in engine.rounds[0] for w in t.works) == KEYS
     assert summary.relayed == 400 and summary.next_offsets == STOPS
     # before the first round the workers opened their clients, once, for the one topic
-    warmed = run.backend.warmed  # type: ignore[attr-defined]
+    warmed = run.backend.warmed
     assert [[w.route.topic for w in spec.works] for spec in warmed] == [["t"]]
 
 

@@ -142,6 +142,9 @@ class Sides:
     def evict(self, kind: str) -> None:
         pass
 
+    def warm(self) -> None:
+        pass
+
 
 ROUTES = [PartitionRoute("t", 0, "t2", 0), PartitionRoute("t", 1, "t2", 1)]
 CLUSTER = ClusterConfig("src", ("h:1",))

@@ -85,8 +85,6 @@ class Startup:
         )
         if on_routes is not None:
             on_routes(routes)
-        # the source's bounds are read last (`resume`): their client opens meanwhile
-        admin.open_probe_early(self.pool.active, self.timeout)
         at_destination = self.call(
             "target", lambda: destination_next_offsets(target, routes, self.timeout)
         )
