@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -120,6 +120,22 @@ def known_partitions(producer: Any, topic: str) -> set[int]:
         wait = _attr(producer, "_wait_on_metadata", "KafkaProducer._wait_on_metadata")
         found = wait(topic, producer.config["max_block_ms"])
     return set(found)
+
+
+def know_topics(producer: Any, topics: Iterable[str]) -> None:
+    """The partitions of every one of `topics` in the producer's metadata, in about one
+    metadata request: kafka-python waits for one topic at a time, and each of its requests
+    names every topic asked for so far (2,000 topics: 2,000 requests of up to 2,000 topics).
+    A topic known from the bootstrap but not tracked would be dropped by the next update:
+    every one is tracked first."""
+    metadata = _attr(producer, "_metadata", "KafkaProducer._metadata")
+    add_topic = _attr(sender(producer), "add_topic", "Sender.add_topic")
+    topics = list(topics)
+    for topic in topics:
+        add_topic(topic)
+    for topic in topics:
+        if metadata.partitions_for_topic(topic) is None:
+            known_partitions(producer, topic)  # the first wait brings the others too
 
 
 def is_transactional(producer: Any) -> bool:
@@ -317,8 +333,9 @@ INTERNALS = (
         "producing one record at a time (several times the CPU)",
     ),
     Internal(
-        "Sender._dispatch_error and force_close", "kafka-python",
-        _has("kafka.producer.sender", "Sender", "_dispatch_error", "force_close", "wakeup"),
+        "Sender._dispatch_error, force_close and add_topic", "kafka-python",
+        _has("kafka.producer.sender", "Sender", "_dispatch_error", "force_close", "wakeup",
+             "add_topic"),
         None,
     ),
     Internal(

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
-from kafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
+from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
 from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -108,10 +108,8 @@ class Producer:
                 log.warning("%s: one produce request per partition at a time", exc)
 
     def warm(self, topics: Iterable[str]) -> None:
-        """The destination topics' metadata before the first send (a round trip each time a
-        task would otherwise wait for it)."""
-        for topic in topics:
-            self._producer.partitions_for(topic)
+        """The destination topics' metadata before the first send, in one request."""
+        internals.know_topics(self._producer, topics)
 
     def send_batch(self, topic: str, partition: int, items: Sequence[Item]) -> list[Segment]:
         """Append records, in order, to one partition; returns segments covering them in order."""
@@ -152,8 +150,14 @@ class Producer:
             timestamp_ms=timestamp,
         )
 
-    def flush(self, timeout: float) -> None:
-        self._producer.flush(timeout=timeout)
+    def flush(self, timeout: float) -> bool:
+        """True once every record sent was answered (acknowledged or failed: the deliveries say
+        which), False if some are still out after `timeout` seconds."""
+        try:
+            self._producer.flush(timeout=timeout)
+        except KafkaTimeoutError:
+            return False
+        return True
 
     def close(self, timeout: float = 5.0) -> None:
         if not self._closed:

@@ -54,14 +54,20 @@ class KafkaTarget:
     def producer(self) -> Producer:
         return sides.producer(self.target)
 
-    def flush(self, timeout: float | None) -> None:
+    def flush(self, timeout: float | None) -> bool:
         producer = sides.cached_producer(self.target)
-        if producer is not None:
-            limit = self.target.request_timeout * 2 + self.target.linger
-            try:
-                producer.flush(timeout=limit if timeout is None else timeout)
-            except Exception:  # noqa: BLE001 - the futures say which records failed
-                pass
+        if producer is None:
+            return True
+        try:
+            return producer.flush(timeout=self.flush_limit if timeout is None else timeout)
+        except Exception:  # noqa: BLE001 - the futures say which records failed
+            return True
+
+    @property
+    def flush_limit(self) -> float:
+        """Seconds a final flush may take: by then kafka-python has failed what it could not
+        deliver."""
+        return self.target.request_timeout * 2 + self.target.linger
 
     def abandon(self) -> None:
         sides.abandon_producer(self.target)

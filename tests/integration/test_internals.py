@@ -30,6 +30,10 @@ def test_the_producer_internals(source_broker):
         with internals.appending(acc), internals.partition_lock(acc, tp):
             assert len(internals.partition_queue(acc, tp)) == 0
         assert not internals.accumulator_closed(acc)
+        other = create_topic(source_broker.bootstrap, unique_topic("internals"), 3)
+        internals.know_topics(producer, [topic, other])  # one metadata request for both
+        known = producer._metadata.partitions_for_topic  # no wait: there already, or None
+        assert known(topic) == {0, 1} and known(other) == {0, 1, 2}
         assert internals.known_partitions(producer, topic) == {0, 1}
         assert not internals.is_transactional(producer)
         failures: list[object] = []

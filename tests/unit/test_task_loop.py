@@ -3,6 +3,7 @@ reader, the producer); segments go to a real directory store."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,8 +131,11 @@ class Sides:
     def writer(self, work: PartitionWork, latencies: list[float]) -> Any:
         return self.make_writer(work, latencies)
 
-    def flush(self, timeout: float | None) -> None:
+    flush_limit = 1.0
+
+    def flush(self, timeout: float | None) -> bool:
         self.flushes += 1
+        return True
 
     def abandon(self) -> None:
         self.abandoned = True
@@ -345,3 +349,29 @@ def test_a_task_whose_writes_are_not_acknowledged_stops_reading_at_its_buffer_li
     assert error is not None and "no acknowledgement" in error.message  # still none at the end
     assert reader.polls == 1  # the first poll's records are unacknowledged: no second one
     assert all(p.writer.unacked_bytes > 0 for p in run.parts.values())
+
+
+class SlowFlush(Sides):
+    """A producer still sending after `slow` flush slices (None: never done)."""
+
+    def __init__(self, slow: int | None, limit: float):
+        super().__init__(task((1, 1)), FakeReader({}), None)
+        self.slow, self.flush_limit = slow, limit
+
+    def flush(self, timeout: float | None) -> bool:
+        self.flushes += 1
+        return self.slow is not None and self.flushes > self.slow
+
+
+def test_a_long_final_flush_reports_between_its_slices() -> None:
+    channel, sides = FakeChannel(), SlowFlush(slow=5, limit=30.0)
+    GroupRun(sides.task, 0, channel, sides)._final_flush()  # type: ignore[arg-type]
+    assert sides.flushes == 6
+    assert channel.left == 1_000 - 5  # a report after each slice that left writes out
+
+
+def test_a_final_flush_ends_at_the_sides_limit_when_writes_stay_out() -> None:
+    channel, sides = FakeChannel(), SlowFlush(slow=None, limit=0.05)
+    began = time.monotonic()
+    GroupRun(sides.task, 0, channel, sides)._final_flush()  # type: ignore[arg-type]
+    assert time.monotonic() - began < 1.0 and sides.flushes >= 1

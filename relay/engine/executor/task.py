@@ -189,7 +189,7 @@ class GroupRun:
         """Wait (bounded) for everything written to be durable; the first record that is not
         bounds what counts as done in its partition."""
         if any(p.writer.flush_needed() for p in self.parts.values()):
-            self.sides.flush(None)
+            self._final_flush()
         error = None
         for part in self.parts.values():
             failure = part.settle()
@@ -199,6 +199,21 @@ class GroupRun:
                 else:
                     error = _error(TargetFailure(str(failure), part.key), failure)
         return error
+
+    def _final_flush(self) -> None:
+        """Everything written sent and answered (bounded by the side's `flush_limit`), in
+        slices with a report between them: at thousands of partitions the last flush takes
+        seconds, and a task silent that long is taken for lost (seen at 10,000 partitions: the
+        driver re-planned, then cancelled the round)."""
+        began = next_report = time.monotonic()
+        deadline = began + self.sides.flush_limit
+        while not self.sides.flush(max(0.0, min(EMPTY_POLL_WAIT, deadline - time.monotonic()))):
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if now >= next_report:
+                self.channel.report(self.result(None, 0.0))
+                next_report = now + self.task.report_interval
 
     def _commit(self, final: bool = False) -> None:
         """Best effort: the destination (provenance headers, or the store), not this commit,

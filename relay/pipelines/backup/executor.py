@@ -46,8 +46,11 @@ class BackupSides:
         chain = self._chain.get(work.route.key, work.start)
         return SegmentWriter(self.store, self.task.store, work.route, chain)
 
-    def flush(self, timeout: float | None) -> None:
+    flush_limit = 0.0
+
+    def flush(self, timeout: float | None) -> bool:
         """Segments are written synchronously: nothing is in flight."""
+        return True
 
     def abandon(self) -> None:
         """Nothing to drop: an open segment not written is simply read again later."""
