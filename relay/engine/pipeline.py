@@ -81,6 +81,17 @@ class Pipeline:
         return self.spec(round_id=round_id, task_id=task_id, partitions=works, channel=channel,
                          report_interval=REPORT_INTERVAL, rates=rates)  # fmt: skip
 
+    def warm_task(
+        self, routes: Sequence[PartitionRoute], channel: ChannelAddress, rates: Rates
+    ) -> TaskSpec:
+        """The spec whose clients each worker opens before the first round (`Sides.warm`), for
+        one partition of each topic: the topics are what is warmed. Across a 240 ms link the
+        clients' bootstraps, metadata and leader connections cost over a second, paid while the
+        group forms (a new group's first rebalance is delayed by seconds)."""
+        first_of_topic = {r.topic: r for r in routes}
+        works = tuple(PartitionWork(r, 0, None) for r in first_of_topic.values())
+        return self.task(0, 0, works, channel, rates)
+
     def spec(self, **common: Any) -> TaskSpec:
         """The pipeline's task spec from the fields every spec shares (relay.spec.TaskSpec:
         round and task id, partitions, channel, report interval, rates) and its own."""

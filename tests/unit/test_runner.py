@@ -109,11 +109,9 @@ class FakeBackend:
         self.engine = engine
         self.warmed: list[Spec] = []
 
-    def warm(self, spec: Spec, sides: object) -> None:
-        self.warmed.append(spec)
-
-    def begin(self, partitions: int) -> None:
-        pass
+    def begin(self, partitions: int, warm: Any = None) -> None:
+        if warm is not None:  # Spark is "up" at once
+            self.warmed.append(warm(self.channel.address, self.engine.slots)[0])
 
     def ready(self, partitions: int) -> tuple[FakeEngine, FakeChannel]:
         return self.engine, self.channel
@@ -146,6 +144,8 @@ class FakePipeline(Pipeline):
         return found
 
     def plan(self, stop_at_end: bool, on_routes: Any) -> Plan:
+        if on_routes is not None:
+            on_routes(list(ROUTES))
         return Plan(list(ROUTES), dict.fromkeys(KEYS, 0), dict.fromkeys(KEYS, 100), self.stops)
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[tuple[str, int], int]:
@@ -220,12 +220,12 @@ STOPS = dict.fromkeys(KEYS, 100)
 
 def test_a_stop_at_end_run_plans_groups_on_the_slots_and_ends_when_all_reached_their_stop():
     run, engine = runner(lambda tasks: [done(t) for t in tasks], FakePipeline(STOPS))
-    run.prepare()
+    run.prepare(start_spark=True)
     summary = run.run()
     assert len(engine.rounds) == 1 and len(engine.rounds[0]) == 2  # 4 partitions, 2 slots
     assert sorted(w.route.key for t in engine.rounds[0] for w in t.works) == KEYS
     assert summary.relayed == 400 and summary.next_offsets == STOPS
-    # before the first round the workers opened their clients, once, for the one topic
+    # as soon as Spark was up the workers opened their clients, once, for the one topic
     warmed = run.backend.warmed
     assert [[w.route.topic for w in spec.works] for spec in warmed] == [["t"]]
 

@@ -16,9 +16,12 @@ from relay.engine.channel import ControlServer, Report
 from relay.engine.executor.sides import Sides
 from relay.engine.metrics import Metrics
 from relay.engine.spark import Engine, RoundJob, default_master, make_log_dir
-from relay.spec import TaskSpec
+from relay.spec import ChannelAddress, TaskSpec
 
 log = logging.getLogger(__name__)
+
+# (channel address, slots) -> the spec of the clients the workers open first, and its sides
+WarmSpec = Callable[[ChannelAddress, int], tuple[TaskSpec, Callable[[Any], Sides]]]
 
 
 class SparkBackend:
@@ -44,11 +47,13 @@ class SparkBackend:
         self._start: Future[Engine] | None = None
         self._warming: RoundJob | None = None
 
-    def begin(self, partitions: int) -> None:
-        """Start Spark (and its Python workers) on a thread; safe to call twice."""
+    def begin(self, partitions: int, warm: WarmSpec | None = None) -> None:
+        """Start Spark (and its Python workers) on a thread; safe to call twice. `warm(channel
+        address, slots)`: the spec whose clients the workers open as soon as Spark is up
+        (Engine.warm), while the driver still reads the clusters and waits for its group."""
         if self._start is None:
             executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ktm-spark-start")
-            self._start = executor.submit(self._start_engine, partitions)
+            self._start = executor.submit(self._start_engine, partitions, warm)
             executor.shutdown(wait=False)
 
     def ready(self, partitions: int) -> tuple[Engine, ControlServer]:
@@ -58,33 +63,40 @@ class SparkBackend:
             assert self._start is not None
             self.engine = self._start.result()
             self.metrics.task_slots.set(self.engine.slots)
-            token = secrets.token_urlsafe(24)
-            port = self.spark.control_port
-            self.channel = ControlServer(
-                self.engine.driver_host,
-                port,
-                token,
-                self._lease_for,
-                self._on_report,
-                self.renew_every,
-            )
         assert self.channel is not None
         return self.engine, self.channel
 
-    def warm(self, spec: TaskSpec, sides: Callable[[Any], Sides]) -> None:
-        """The workers open the first round's clients in the background (Engine.warm)."""
-        engine, _ = self.ready(0)
-        self._warming = engine.warm(spec, sides)
+    def _warm(self, engine: Engine, channel: ControlServer, warm: WarmSpec) -> None:
+        try:
+            spec, sides = warm(channel.address, engine.slots)
+            self._warming = engine.warm(spec, sides)
+        except Exception as exc:  # noqa: BLE001 - a head start only: the first round opens them
+            log.debug("warming the workers' clients: %s", exc)
+            return
         self.used = True  # the workers hold clients worth closing
 
     def engine_slots(self) -> int:
         return self.engine.slots if self.engine is not None else 0
 
-    def _start_engine(self, partitions: int) -> Engine:
+    def _start_engine(self, partitions: int, warm: WarmSpec | None) -> Engine:
         master = self.master or self.spark.master or default_master(partitions)
         began = time.monotonic()
         engine = Engine(self.spark, master, make_log_dir())
         engine.warm_up()
+        try:
+            self.channel = ControlServer(
+                engine.driver_host,
+                self.spark.control_port,
+                secrets.token_urlsafe(24),
+                self._lease_for,
+                self._on_report,
+                self.renew_every,
+            )
+        except BaseException:  # the error reaches the caller of ready(); Spark must not stay
+            engine.stop(write_archive=False)
+            raise
+        if warm is not None:
+            self._warm(engine, self.channel, warm)
         self.start_seconds = time.monotonic() - began
         self.log_path = str(engine.log_path)
         log.info(
@@ -108,6 +120,8 @@ class SparkBackend:
         except Exception as exc:  # noqa: BLE001 - it failed to start: nothing to stop
             log.debug("spark start failed: %s", exc)
             return
+        if self.channel is not None:  # made by the start, maybe after the first close above
+            self.channel.close()
         if self._warming is not None:
             self._warming.cancel()  # not to hold closing the clients up behind a slow bootstrap
         if self.used:

@@ -10,11 +10,14 @@ relay.engine.pipeline.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from types import TracebackType
+from typing import Any
 
 from relay.clients.kept import keep_clients
 from relay.clients.settings import is_retriable
@@ -33,7 +36,14 @@ from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.engine.spark import Engine
 from relay.errors import RelayError
-from relay.spec import GroupResult, PartitionRoute, PartitionWork, SourcePartition
+from relay.spec import (
+    ChannelAddress,
+    GroupResult,
+    PartitionRoute,
+    PartitionWork,
+    SourcePartition,
+    TaskSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +134,8 @@ class Runner:
         self.shares.own(len(plan.routes), len(plan.routes))  # all, until the group says else
 
     def _begin(self, routes: list[PartitionRoute]) -> None:
-        self.backend.begin(self._slots_for(routes))
+        self.shares.own(len(routes), len(routes))  # all, until the group says else
+        self.backend.begin(self._slots_for(routes), functools.partial(self._warm_spec, routes))
         self._join(routes)
 
     def _slots_for(self, routes: list[PartitionRoute]) -> int:
@@ -154,7 +165,6 @@ class Runner:
         try:
             if self._pending():
                 membership = self._join(self.routes)
-                self._warm_workers()
                 membership.wait_assigned(self.stop_event)
             while not self.stop_event.is_set():
                 self._take_changes()
@@ -176,16 +186,13 @@ class Runner:
             self.close()
         return self.summary
 
-    def _warm_workers(self) -> None:
-        """While the group forms (seconds: a new group's first rebalance is delayed), each
-        slot's worker opens the clients its first task will use: across a 240 ms link their
-        bootstraps, metadata and leader connections cost over a second."""
-        engine, channel = self.backend.ready(self._slots_for(self.routes))
-        first_of_topic = {r.topic: r for r in self.routes}  # the topics are what is warmed
-        works = tuple(PartitionWork(r, 0, None) for r in first_of_topic.values())
-        rates = self.shares.of_task(min(engine.slots, len(self.routes)))
-        self.backend.warm(self.pipeline.task(0, 0, works, channel.address, rates),
-                          self.pipeline.sides)  # fmt: skip
+    def _warm_spec(
+        self, routes: list[PartitionRoute], channel: ChannelAddress, slots: int
+    ) -> tuple[TaskSpec, Callable[[Any], Any]]:
+        """What each slot's worker opens as soon as Spark is up, while the plan goes on and the
+        group forms (Pipeline.warm_task)."""
+        rates = self.shares.of_task(min(slots, len(routes)))
+        return self.pipeline.warm_task(routes, channel, rates), self.pipeline.sides
 
     def close(self) -> None:
         if not self._closed:

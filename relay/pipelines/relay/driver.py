@@ -65,10 +65,11 @@ class RelayPipeline(FromSources):
         self.topic_plan = self.topics.resolve(dry_run=self.dry_run)
         topics = self.topic_plan.routes
         self.group_topics = sorted({r.target for r in topics})
+        # fitted before the partitions are known: the workers' warm-up opens its producer
+        self.target = self.startup.fitted_target({r.target for r in topics})
         source_counts = self.topic_plan.source_counts
         plan = self.startup.plan(stop_at_end, on_routes, topics, source_counts)
         self.routes = plan.routes
-        self.target = self.startup.fitted_target({r.target_topic for r in plan.routes})
         self._follow = not stop_at_end and not self.dry_run
         return plan
 
