@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from relay.clients import admin
@@ -95,6 +95,9 @@ def choose(
     return Decision(pick, "initial" if active is None else "down")
 
 
+CLOSE_WAIT = 0.5  # seconds a close waits for a health check in flight
+
+
 class NodeMonitor:
     """Checks every node's end offsets every `healthcheck_interval`, on a driver thread."""
 
@@ -113,9 +116,6 @@ class NodeMonitor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(
-            max_workers=len(self.nodes), thread_name_prefix="ktm-health"
-        )
         # Each node's clients stay open from one check to the next (a new one would cost a
         # bootstrap: 3-4 round trips, more than request_timeout across a long link); a check
         # still running when the next is due makes that one fail rather than share them.
@@ -126,12 +126,14 @@ class NodeMonitor:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop checking. A check still waiting on a node that does not answer is not waited
+        for (a stop must stay prompt, seen: 5 s with the source frozen): it closes its node's
+        clients itself when it ends."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.pool.request_timeout * 3 + 5)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+            self._thread.join(timeout=CLOSE_WAIT)
         for cache, lock in self._clients.values():
-            if lock.acquire(timeout=self.pool.request_timeout * 2 + 1):
+            if lock.acquire(timeout=CLOSE_WAIT):
                 cache.close()
                 lock.release()
 
@@ -140,16 +142,36 @@ class NodeMonitor:
             return [self._views[n.name] for n in self.nodes]
 
     def check_now(self) -> list[NodeView]:
-        """Ask every node at once; each answer within request_timeout or the node is down."""
-        futures = [self._pool.submit(self._check, node) for node in self.nodes]
+        """Ask every node at once; each answer within request_timeout or the node is down. The
+        checks run on daemon threads: one stuck on a node that does not answer must hold up
+        neither a stop nor the process's exit (a thread pool's workers are joined at exit)."""
+        answers: dict[str, NodeView | BaseException] = {}
+        threads = [
+            threading.Thread(
+                target=self._answer, args=(node, answers), name="ktm-health", daemon=True
+            )  # fmt: skip
+            for node in self.nodes
+        ]
+        for thread in threads:
+            thread.start()
+        limit = self.pool.request_timeout * 2 + 1
+        deadline = time.monotonic() + limit
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         views = []
-        for node, future in zip(self.nodes, futures, strict=True):
-            try:
-                views.append(future.result(timeout=self.pool.request_timeout * 2 + 1))
-            except Exception as exc:  # noqa: BLE001 - any failure means: down
-                views.append(NodeView(node.name, False, error=f"{type(exc).__name__}: {exc}"))
+        for node in self.nodes:
+            found = answers.get(node.name, TimeoutError(f"no answer within {limit:g}s"))
+            if isinstance(found, BaseException):
+                found = NodeView(node.name, False, error=f"{type(found).__name__}: {found}")
+            views.append(found)
         self._publish(views)
         return views
+
+    def _answer(self, node: ClusterConfig, answers: dict[str, NodeView | BaseException]) -> None:
+        try:
+            answers[node.name] = self._check(node)
+        except Exception as exc:  # noqa: BLE001 - any failure means: down
+            answers[node.name] = exc
 
     def _loop(self) -> None:
         while not self._stop.wait(self.pool.healthcheck_interval):
@@ -163,6 +185,8 @@ class NodeMonitor:
             with cache.use():
                 ends = admin.health_end_offsets(node, self.keys, self.pool.request_timeout)
         finally:
+            if self._stop.is_set():  # closed meanwhile, without waiting for this check
+                cache.close()
             lock.release()
         return NodeView(node.name, True, ends)
 

@@ -65,13 +65,24 @@ class RelayPipeline(FromSources):
         self.topic_plan = self.topics.resolve(dry_run=self.dry_run)
         topics = self.topic_plan.routes
         self.group_topics = sorted({r.target for r in topics})
-        # fitted before the partitions are known: the workers' warm-up opens its producer
-        self.target = self.startup.fitted_target({r.target for r in topics})
         source_counts = self.topic_plan.source_counts
-        plan = self.startup.plan(stop_at_end, on_routes, topics, source_counts)
+        plan = self.startup.plan(stop_at_end, self._fitted(on_routes), topics, source_counts)
         self.routes = plan.routes
         self._follow = not stop_at_end and not self.dry_run
         return plan
+
+    def _fitted(
+        self, on_routes: Callable[[list[PartitionRoute]], None] | None
+    ) -> Callable[[list[PartitionRoute]], None]:
+        """The target fitted to the destination topics as soon as the partitions are known,
+        before `on_routes` starts Spark: the workers' warm-up opens its producer."""
+
+        def known(routes: list[PartitionRoute]) -> None:
+            self.target = self.startup.fitted_target({r.target_topic for r in routes})
+            if on_routes is not None:
+                on_routes(routes)
+
+        return known
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
         """The destination's provenance tail, or, with filters, the group's committed offset
