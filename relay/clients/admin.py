@@ -12,7 +12,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,13 +58,7 @@ def probe_consumer(
 
     With `group_id` it can also read committed offsets; it never joins the group.
     """
-    with kept(*_probe(cluster, timeout, group_id)) as consumer:
-        yield consumer
 
-
-def _probe(
-    cluster: ClusterConfig, timeout: float, group_id: str | None
-) -> tuple[Hashable, Callable[[], KafkaConsumer], Callable[[KafkaConsumer], Any]]:
     def make() -> KafkaConsumer:
         try:
             consumer = KafkaConsumer(
@@ -79,7 +73,8 @@ def _probe(
         return never_create_topics(consumer)
 
     key = ("probe", cluster, timeout, group_id)
-    return key, make, lambda consumer: consumer.close(autocommit=False)
+    with kept(key, make, lambda consumer: consumer.close(autocommit=False)) as consumer:
+        yield consumer
 
 
 class Unsupported(Exception):

@@ -90,10 +90,6 @@ class BatchReader(GroupReader):
         self._highwater: dict[TP, int] = {}
         self.trouble: dict[str, NodeTrouble] = {}
 
-    def warm(self, topics: frozenset[str], timeout: float) -> None:
-        """Connections and metadata ready before the first poll (BatchFetcher.warm)."""
-        self._fetcher.warm(topics, timeout)
-
     def assign(self, starts: Mapping[TP, int]) -> None:
         """Read exactly these partitions, each from its start offset. A fetch still out from
         an earlier assignment is answered for positions nobody wants any more: dropped."""

@@ -149,7 +149,7 @@ class NodeMonitor:
         threads = [
             threading.Thread(
                 target=self._answer, args=(node, answers), name="ktm-health", daemon=True
-            )  # fmt: skip
+            )
             for node in self.nodes
         ]
         for thread in threads:
