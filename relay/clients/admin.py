@@ -177,16 +177,21 @@ def real_end_offsets(
     ListOffsets(latest) is exact on Apache Kafka but under-reports on Tansu (it answers the base
     offset of the last batch + 1). A fetch from just below the listed end returns the high
     watermark, which is right on both; the listed end is a lower bound, so seeking to it - 1 never
-    skips past the real end.
+    skips past the real end. A partition listed as ending at its beginning is empty on both
+    (Tansu's answer for a partition holding anything is past its beginning): no fetch asks it,
+    which spares a fresh destination's thousands of partitions a fetch that waits for data.
     """
     if not tps:
         return {}
     listed = consumer.end_offsets(tps, timeout_ms=int(timeout * 1000))
-    consumer.assign(tps)
-    for tp in tps:
+    held = [tp for tp in tps if listed[tp] > begin[tp]]
+    if not held:
+        return listed
+    consumer.assign(held)
+    for tp in held:
         consumer.seek(tp, max(begin[tp], listed[tp] - 1))
     deadline = time.monotonic() + timeout
-    pending = set(tps)
+    pending = set(held)
     while pending and time.monotonic() < deadline:
         # Every record returned is thrown away; draining them all at once lets kafka-python
         # parse each partition's fetch (which is what sets its high watermark) in one poll.
@@ -195,7 +200,7 @@ def real_end_offsets(
     if pending:
         names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(pending))
         raise TimeoutError(f"no fetch answer within {timeout}s for {names}")
-    ends = {tp: max(listed[tp], consumer.highwater(tp)) for tp in tps}
+    ends = {**listed, **{tp: max(listed[tp], consumer.highwater(tp)) for tp in held}}
     consumer.assign([])
     return ends
 

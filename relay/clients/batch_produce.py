@@ -157,8 +157,9 @@ def append_batches(
     refused: Callable[[TopicPartition], None] = lambda _: None,
 ) -> list[BatchDelivery]:
     """Queue built batches, in order, behind whatever the partition already holds; one
-    delivery per batch. The caller checked `has_batch_internals`. `refused(tp)`, asked under
-    the partition's lock, raises to refuse the batches (see relay.clients.producer)."""
+    delivery per batch; the caller wakes the sender. The caller checked
+    `has_batch_internals`. `refused(tp)`, asked under the partition's lock, raises to refuse
+    the batches (see relay.clients.producer)."""
     if not batches:
         return []
     if partition not in internals.known_partitions(producer, topic):
@@ -177,5 +178,4 @@ def append_batches(
             dq.append(producer_batch)
             internals.track(acc, producer_batch)
             deliveries.append(BatchDelivery(producer_batch, acc))
-    internals.wake_sender(producer)
     return deliveries

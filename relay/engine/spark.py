@@ -16,6 +16,7 @@ Only this module imports pyspark, and only when work starts (`ktm --help` stays 
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import re
@@ -23,7 +24,6 @@ import signal
 import sys
 import tempfile
 import threading
-import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from relay import internals
 from relay.config import SparkConfig
 from relay.engine import class_archive
+from relay.engine.shipping import package_zip
 from relay.errors import RelayError
 from relay.spec import GroupResult, TaskSpec
 
@@ -90,7 +91,7 @@ class Engine:
             self._context, self._gateway = _start_context(
                 spark_cfg, master, log_dir, self.log_path, self._archive.option
             )
-            self._context.addPyFile(str(_package_zip(log_dir)))
+            self._context.addPyFile(str(package_zip(log_dir)))
         else:
             self._context = SparkContext.getOrCreate()
             self.master = self._context.master
@@ -248,6 +249,7 @@ def _run_attempt(sides: Callable[[Any], Sides], task: TaskSpec) -> GroupResult:
 
     from relay.engine.executor.task import run_task
 
+    _tune_gc()
     context = TaskContext.get()
     return run_task(task, sides, attempt=context.attemptNumber() if context else 0)
 
@@ -256,7 +258,22 @@ def _warm(_: int) -> int:
     # the import is the point: kafka-python and ours, loaded before the first round
     import relay.engine.executor.task  # noqa: F401
 
+    _tune_gc()
     return os.getpid()
+
+
+# A task allocates an object or two per source batch and per record re-framed, nearly all freed
+# by their reference counts; the collector's default pace (a young collection every 700
+# allocations) spent ~17% of the batch path's CPU on tiny batches (scripts/bench/batch_codec).
+# What the worker holds by then (modules, clients) is frozen out of every collection.
+_GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def _tune_gc() -> None:
+    """Once per Python worker (Spark reuses them from task to task)."""
+    if gc.get_threshold() != _GC_THRESHOLDS:
+        gc.freeze()
+        gc.set_threshold(*_GC_THRESHOLDS)
 
 
 def _open_clients(sides: Callable[[Any], Sides], task: TaskSpec) -> int:
@@ -359,47 +376,6 @@ def _quiet_accumulator_server(context: Any) -> None:
             "spark accumulator connection from %s ended: %r", address, sys.exc_info()[1]
         ),
     )
-
-
-def _package_zip(log_dir: Path) -> Path:
-    """Zip the installed `relay` package, whole and nothing else, so executors on a real
-    cluster can import it (addPyFile puts the zip first on their path).
-
-    The package is found from `relay` itself, not from this file's folder: this module lives
-    in relay/engine/, and zipping its own folder under the name `relay` once shipped the engine
-    as the package (every executor then failed to import ktm)."""
-    import relay
-
-    package = Path(relay.__file__).resolve().parent
-    files = sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
-    _check_whole(package, files)
-    target = log_dir / "ktm-relay.zip"
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in files:
-            zf.write(path, (Path("relay") / path.relative_to(package)).as_posix())
-    return target
-
-
-# What an executor imports first (the task entry point and its loop), relative to the package.
-_EXECUTOR_ENTRY = ("__init__.py", "engine/spark.py", "engine/executor/task.py", "spec.py")
-
-
-def _check_whole(package: Path, files: list[Path]) -> None:
-    """The package to ship must hold what executors import, and every folder of it must be a
-    package; otherwise executors would fail later with an ImportError far from the cause."""
-    present = {path.relative_to(package).as_posix() for path in files}
-    missing = [name for name in _EXECUTOR_ENTRY if name not in present]
-    folders = {path.parent for path in files if path.parent != package}
-    missing += sorted(
-        (folder / "__init__.py").relative_to(package).as_posix()
-        for folder in folders
-        if not (folder / "__init__.py").is_file()
-    )
-    if missing:
-        raise RelayError(
-            f"cannot ship ktm to Spark executors: {package / missing[0]} not found (the relay "
-            f"package at {package} is incomplete; reinstall ktm)"
-        )
 
 
 def make_log_dir() -> Path:

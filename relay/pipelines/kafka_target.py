@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Set as AbstractSet
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from relay.batches import DestBatch, Origin, SourceBatch, codecs, rebuild
@@ -68,6 +69,10 @@ class KafkaTarget:
         """Seconds a final flush may take: by then kafka-python has failed what it could not
         deliver."""
         return self.target.request_timeout * 2 + self.target.linger
+
+    def writing(self) -> AbstractContextManager[None]:
+        """The producer's I/O thread is woken once per step, not once per partition."""
+        return self.producer().held()
 
     def abandon(self) -> None:
         sides.abandon_producer(self.target)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
+from relay import internals
 from relay.batches import DestBatch, Origin, Provenance, codecs, rebuild, split_batches
 from relay.batches.provenance import parse_provenance
 from relay.clients.batch_fetch import BatchFetcher
@@ -95,7 +96,7 @@ def expected_copy(source: list[Record], built: list[DestBatch]) -> list[tuple[An
 
 @pytest.mark.parametrize("target_codec", ["none", "zstd"])
 def test_batches_fetched_rebuilt_and_produced_arrive_exactly(
-    broker_factory: BrokerFactory, target_codec: str
+    broker_factory: BrokerFactory, target_codec: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source, target = broker_factory("source"), broker_factory("target")
     topic, dest_topic = unique_topic("batch-src"), unique_topic("batch-dst")
@@ -126,8 +127,19 @@ def test_batches_fetched_rebuilt_and_produced_arrive_exactly(
         assert max(n for _, n in seen[p]) > 1
 
     producer = Producer(TargetConfig(ClusterConfig("dst", (target.bootstrap,))))
+    wakeups: list[object] = []
+    wake = internals.wake_sender
+
+    def counted(kafka_producer: object) -> None:
+        wakeups.append(kafka_producer)
+        wake(kafka_producer)
+
+    monkeypatch.setattr(internals, "wake_sender", counted)
     try:
-        deliveries = {p: producer.send_built(dest_topic, p, built[p]) for p in SOURCE_CODECS}
+        with producer.held():  # as a task step writes: the sender is woken once, at the end
+            deliveries = {p: producer.send_built(dest_topic, p, built[p]) for p in SOURCE_CODECS}
+            assert wakeups == []
+        assert len(wakeups) == 1
         producer.flush(timeout=30)
         for p, sent in deliveries.items():
             wait_acked(sent, timeout=10)

@@ -192,6 +192,25 @@ def test_many_one_record_batches_merge_up_to_the_budget() -> None:
     assert not any(d.copied for d in rebuilt.batches)
 
 
+def test_merging_re_frames_varints_of_every_width() -> None:
+    """The merge loop encodes 0..8191 by table; past it the long way: timestamp deltas of
+    hours and negative ones, offset deltas over 8191, records over 8 KiB."""
+    tiny = [Rec(o, T0 + (o % 7) * 3_600_000 - 5_000 * (o % 3), None, b"v", []) for o in range(9000)]
+    data = b"".join(make_batch(tiny[i : i + 3]) for i in range(0, 9000, 3))
+    assert [len(g) for g in check_rebuilt(data, 0, tiny, budget=1 << 20)] == [9000]
+    big = [Rec(o, T0 - o * 60_000, b"k", b"x" * 10_000, [("h", b"y")]) for o in range(10)]
+    data = b"".join(make_batch([r]) for r in big)
+    assert [len(g) for g in check_rebuilt(data, 0, big, budget=1 << 20)] == [10]
+
+
+def test_whole_and_gapped_batches_merge_in_order() -> None:
+    """Members taken whole (contiguous) and record by record (a compaction gap) share one
+    destination batch: offset deltas run on across them."""
+    whole, gapped, after = recs(0, 10), recs(10, 10, step=2), recs(30, 10)
+    data = make_batch(whole) + make_batch(gapped) + make_batch(after) + make_batch(recs(40, 5))
+    assert len(check_rebuilt(data, 3, whole[3:] + gapped + after + recs(40, 5))) == 1
+
+
 def test_merged_compressed_batches_of_different_codecs() -> None:
     source = recs(0, 100)
     data = b"".join(make_batch(source[i : i + 20], CODECS[i // 20]) for i in range(0, 100, 20))

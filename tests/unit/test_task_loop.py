@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,9 @@ class Sides:
     def flush(self, timeout: float | None) -> bool:
         self.flushes += 1
         return True
+
+    def writing(self) -> AbstractContextManager[None]:
+        return nullcontext()
 
     def abandon(self) -> None:
         self.abandoned = True

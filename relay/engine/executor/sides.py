@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -78,6 +79,10 @@ class Sides(Protocol):
     def flush(self, timeout: float | None) -> bool:
         """Send what is written; True once every write was answered (None: wait up to
         `flush_limit`)."""
+        ...
+
+    def writing(self) -> AbstractContextManager[None]:
+        """The writes of one step of the task loop: what they queue goes out when it ends."""
         ...
 
     def abandon(self) -> None: ...

@@ -152,19 +152,20 @@ class GroupRun:
             raise SourceFailure(f"{type(exc).__name__}: {exc}") from exc
         if self.throttle.limited:
             self.throttle.spend(*_volume(batch))
-        for key in moved:
-            part = self.parts[key]
-            if part.reached_stop:
-                continue
-            records = batch.get(key)
-            if records:
-                if self.channel.should_stop:  # the lease may have run out during the poll
-                    return
-                part.handle(records)
-                self._writing.add(key)
-            part.advance(positions[key])
-            if part.reached_stop:
-                self.reader.pause(key)
+        with self.sides.writing():
+            for key in moved:
+                part = self.parts[key]
+                if part.reached_stop:
+                    continue
+                records = batch.get(key)
+                if records:
+                    if self.channel.should_stop:  # the lease may have run out during the poll
+                        return
+                    part.handle(records)
+                    self._writing.add(key)
+                part.advance(positions[key])
+                if part.reached_stop:
+                    self.reader.pause(key)
         self._collect_acks(time.monotonic(), active if sweep else None)
 
     def _collect_acks(self, now: float, everyone: list[PartitionState] | None) -> None:

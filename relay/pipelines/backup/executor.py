@@ -5,6 +5,7 @@ atomically, under its final name."""
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
+from contextlib import AbstractContextManager, nullcontext
 
 from relay.batches import SourceBatch
 from relay.batches.records import decode_batch
@@ -51,6 +52,9 @@ class BackupSides:
     def flush(self, timeout: float | None) -> bool:
         """Segments are written synchronously: nothing is in flight."""
         return True
+
+    def writing(self) -> AbstractContextManager[None]:
+        return nullcontext()  # segments are written in the step itself
 
     def abandon(self) -> None:
         """Nothing to drop: an open segment not written is simply read again later."""
