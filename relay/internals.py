@@ -225,6 +225,19 @@ def request_rejoin(consumer: Any) -> None:
     _attr(coordinator, "request_rejoin", "ConsumerCoordinator.request_rejoin")()
 
 
+def joining(consumer: Any) -> bool:
+    """This member's JoinGroup/SyncGroup exchange is on the wire (False once it ended).
+
+    kafka-python 3.0.12 keeps that exchange as a task across polls, but when it completes
+    after one poll gave up waiting and before the next one looks, the next one finds it done,
+    drops its outcome and sends a new JoinGroup: one more rebalance (3 s more at Tansu, a new
+    generation for every member on Kafka), seen in 1 start of 5 on a busy driver. A caller
+    that knows a join is out can wait for it longer."""
+    coordinator = _attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    task = _attr(coordinator, "_join_task", "BaseCoordinator._join_task")
+    return task is not None and not task.is_done
+
+
 def last_heartbeat(consumer: Any) -> float:
     """When the coordinator last answered this member's heartbeat (monotonic), -inf while the
     member is not stable in its group."""

@@ -39,6 +39,9 @@ from relay.config import ClusterConfig
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+# Seconds a poll waits while a join is out: the longer, the rarer a join ending between two
+# polls (and thrown away by kafka-python); a stop waits for the poll to end.
+JOIN_POLL = 2.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,10 @@ class GroupMember:
         internals.request_rejoin(self._consumer)
 
     def poll(self, timeout: float) -> None:
+        """Polls for `timeout` seconds, or for JOIN_POLL while a join is out (see
+        internals.joining: a join that ends between two polls is thrown away)."""
+        if internals.joining(self._consumer):
+            timeout = max(timeout, JOIN_POLL)
         records = self._consumer.poll(timeout_ms=int(timeout * 1000))
         if records:  # never: the assignor assigns no Kafka partition
             log.error("membership consumer received records: %s", list(records))

@@ -70,7 +70,10 @@ def test_the_consumer_group_and_admin_internals(source_broker):
             assert time.monotonic() < deadline, "no heartbeat answered"
             consumer.poll(timeout_ms=200)
         assert internals.group_member_count(admin, group) == 1
+        assert internals.joining(consumer) is False  # stable: no join out
         internals.request_rejoin(consumer)
+        consumer.poll(timeout_ms=0)  # sends the JoinGroup, does not wait for it
+        assert internals.joining(consumer) is True
         assert internals.metadata_config(consumer)["allow_auto_create_topics"] in (True, False)
         assert internals.metadata_config(admin)["allow_auto_create_topics"] in (True, False)
     finally:

@@ -4,7 +4,9 @@ inside it. Every command, every copy checked record by record against the source
 
 from __future__ import annotations
 
+import os
 import signal
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,7 @@ def test_check_relay_backup_compact_and_restore_from_a_user_directory(
     assert f"{RECORDS} records to relay; nothing was relayed" in checked.stdout
 
     user_run(user_env, tmp_path, workdir, "--config", relay_conf, "--stop-at-end", command="relay")
+    assert_ships_bytecode(tmp_path)
     source = read_all(source_broker.bootstrap, src)
     assert_exact_copy(source, flat(read_all(target_broker.bootstrap, copy)), src)
     assert_verified(user_run(user_env, tmp_path, workdir, "--config", relay_conf,
@@ -94,6 +97,16 @@ def test_check_relay_backup_compact_and_restore_from_a_user_directory(
     assert_exact_copy(source, flat(read_all(target_broker.bootstrap, restored)), src)
     assert_verified(user_run(user_env, tmp_path, workdir, "--config", store_conf, "--from-store",
                              command="verify"))  # fmt: skip
+
+
+def assert_ships_bytecode(tmp_path: Path) -> None:
+    """The package the driver shipped holds the bytecode pip compiled for every module, so
+    that the workers import it without compiling (relay.engine.shipping)."""
+    shipped = max((tmp_path / "ktm-logs").glob("ktm/run-*/ktm-relay.zip"), key=os.path.getmtime)
+    names = set(zipfile.ZipFile(shipped).namelist())
+    sources = {n for n in names if n.endswith(".py")}
+    assert "relay/engine/executor/task.py" in sources
+    assert {n for n in names if n.endswith(".pyc")} == {n + "c" for n in sources}
 
 
 def assert_verified(run: Finished, records: int = RECORDS) -> None:
