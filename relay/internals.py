@@ -232,10 +232,19 @@ def joining(consumer: Any) -> bool:
     after one poll gave up waiting and before the next one looks, the next one finds it done,
     drops its outcome and sends a new JoinGroup: one more rebalance (3 s more at Tansu, a new
     generation for every member on Kafka), seen in 1 start of 5 on a busy driver. A caller
-    that knows a join is out can wait for it longer."""
+    that knows a join is out can wait for it longer (`await_join`)."""
     coordinator = _attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
     task = _attr(coordinator, "_join_task", "BaseCoordinator._join_task")
     return task is not None and not task.is_done
+
+
+def await_join(consumer: Any, timeout: float) -> None:
+    """Wait up to `timeout` seconds for the join that is out, returning as soon as it ends
+    (with its callbacks run, as in a poll): a consumer's poll, given no partition to fetch,
+    waits out its whole timeout even after the join ended."""
+    coordinator = _attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    ensure = _attr(coordinator, "ensure_active_group", "ConsumerCoordinator.ensure_active_group")
+    ensure(timeout_ms=int(timeout * 1000))
 
 
 def last_heartbeat(consumer: Any) -> float:

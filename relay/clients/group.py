@@ -39,8 +39,8 @@ from relay.config import ClusterConfig
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
-# Seconds a poll waits while a join is out: the longer, the rarer a join ending between two
-# polls (and thrown away by kafka-python); a stop waits for the poll to end.
+# Seconds a poll waits for a join that is out (it returns when the join ends): the longer, the
+# rarer a join ending between two polls (and thrown away by kafka-python); a stop waits for it.
 JOIN_POLL = 2.0
 
 
@@ -180,10 +180,12 @@ class GroupMember:
         internals.request_rejoin(self._consumer)
 
     def poll(self, timeout: float) -> None:
-        """Polls for `timeout` seconds, or for JOIN_POLL while a join is out (see
-        internals.joining: a join that ends between two polls is thrown away)."""
+        """Polls for `timeout` seconds; while a join is out, waits for it up to JOIN_POLL
+        instead (internals.joining: a join that ends between two polls is thrown away)."""
         if internals.joining(self._consumer):
-            timeout = max(timeout, JOIN_POLL)
+            internals.await_join(self._consumer, JOIN_POLL)
+            if internals.joining(self._consumer):
+                return  # still out: the next poll waits for it again
         records = self._consumer.poll(timeout_ms=int(timeout * 1000))
         if records:  # never: the assignor assigns no Kafka partition
             log.error("membership consumer received records: %s", list(records))

@@ -74,6 +74,8 @@ def test_the_consumer_group_and_admin_internals(source_broker):
         internals.request_rejoin(consumer)
         consumer.poll(timeout_ms=0)  # sends the JoinGroup, does not wait for it
         assert internals.joining(consumer) is True
+        internals.await_join(consumer, 30)
+        assert internals.joining(consumer) is False
         assert internals.metadata_config(consumer)["allow_auto_create_topics"] in (True, False)
         assert internals.metadata_config(admin)["allow_auto_create_topics"] in (True, False)
     finally:
