@@ -4,7 +4,7 @@ merging small batches, where the relay's CPU per record goes when sources write 
 A destination batch's records need offset deltas 0..count-1 and timestamp deltas from its
 first timestamp, so every record of a merged source batch but the first's is re-framed: its
 length, timestamp delta and offset delta varints are written anew, its key, value and headers
-bytes are reused. The common member, a whole contiguous CreateTime batch (`_Member.copyable`),
+bytes are reused. The common member, a whole contiguous CreateTime batch (`Member.copyable`),
 takes a loop of its own: its offset deltas are its record indexes and its timestamps move by
 one shift, so no per-record bookkeeping of runs, bounds or maximum timestamps is needed, and a
 member whose shifts are both zero (the first of a destination batch) is appended whole.
@@ -18,18 +18,13 @@ from dataclasses import dataclass
 from relay.batches import codecs
 from relay.batches.format import LOG_APPEND_TIME, SourceBatch, UnsupportedBatch, assemble
 from relay.batches.provenance import provenance_header
-from relay.batches.records import _BYTE, last_record_start, parse_at, reframe, with_header
-from relay.batches.varint import encode_varint, read_varint
+from relay.batches.records import SINGLE_BYTES, last_record_start, parse_at, reframe, with_header
+from relay.batches.varint import ENCODED, TABLE_SIZE, encode_varint, read_varint
 
 # Room kept per record in a budget: a re-framed record may grow (its offset and timestamp
 # deltas become longer varints).
 GROWTH_PER_RECORD = 8
 _NO_STOP = 1 << 63
-# The zigzag varints of 0..8191 (one or two bytes), by value: one list index per field in the
-# loop instead of a call. Lengths of records under 8 KiB, offset deltas, and timestamp deltas
-# under 8 s hit it.
-_TABLE = 8192
-_ENCODED = [encode_varint(n) for n in range(_TABLE)]
 
 # (start, stop, offsets to drop): which records of the source batches a destination batch takes
 Bounds = tuple[int, "int | None", AbstractSet[int]]
@@ -90,7 +85,7 @@ class Rebase:
         self.start, self.stop, self.drop = bounds
         self.runs: list[list[int]] = []  # of the source offsets placed: [first, last]
         self.room = room  # bytes of records it may hold; None: whole members, any size
-        self.size = 0
+        self.size = 0  # bytes of records placed: counted where a room bounds them
         self.parts: list[bytes] = []  # re-framed records and whole records parts, in order
         self.count = 0
         self.base_ts: int | None = None  # the destination batch's first timestamp
@@ -136,7 +131,6 @@ class Rebase:
             last = last_record_start(records, count)
             at = parse_at(records, last)
             self.parts.append(records)
-            self.size += len(records)
             self.last = (records, last, at.timestamp_delta, count - 1)
             self.last_size = at.end - last
         else:
@@ -152,8 +146,8 @@ class Rebase:
 
     def _reframe_all(self, records: bytes, count: int, ts_shift: int, index: int) -> None:
         """The hot loop: varints decoded inline where they are one byte, encoded by lookup."""
-        parts, table = self.parts, _ENCODED
-        pos = size = 0
+        parts, table, single = self.parts, ENCODED, SINGLE_BYTES
+        pos = 0
         start = ts = offset = frame = 0
         size_bytes = b""
         for offset in range(index, index + count):
@@ -171,15 +165,13 @@ class Rebase:
                 ts, rest = read_varint(records, body + 1)
                 ts += ts_shift
             rest = rest + 1 if records[rest] < 0x80 else read_varint(records, rest)[1]
-            ts_bytes = table[ts] if 0 <= ts < _TABLE else encode_varint(ts)
-            offset_bytes = table[offset] if offset < _TABLE else encode_varint(offset)
+            ts_bytes = table[ts] if 0 <= ts < TABLE_SIZE else encode_varint(ts)
+            offset_bytes = table[offset] if offset < TABLE_SIZE else encode_varint(offset)
             frame = 1 + len(ts_bytes) + len(offset_bytes) + pos - rest
-            size_bytes = table[frame] if frame < _TABLE else encode_varint(frame)
-            parts += (size_bytes, _BYTE[records[body]], ts_bytes, offset_bytes, records[rest:pos])
-            size += len(size_bytes) + frame
+            size_bytes = table[frame] if frame < TABLE_SIZE else encode_varint(frame)
+            parts += (size_bytes, single[records[body]], ts_bytes, offset_bytes, records[rest:pos])
         if pos != len(records):
             raise UnsupportedBatch("a batch has bytes after its records")
-        self.size += size
         self.last = (records, start, ts, offset)
         self.last_size = len(size_bytes) + frame
 

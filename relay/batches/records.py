@@ -13,7 +13,7 @@ from typing import NamedTuple
 from relay.batches.format import LOG_APPEND_TIME, SourceBatch
 from relay.batches.varint import encode_varint, read_varint
 
-_BYTE = [bytes((b,)) for b in range(256)]  # an attributes byte as bytes, without slicing
+SINGLE_BYTES = [bytes((b,)) for b in range(256)]  # an attributes byte as bytes, without slicing
 
 
 class RecordAt(NamedTuple):
@@ -48,7 +48,8 @@ def reframe(buf: bytes, body: int, rest: int, end: int, ts_delta: int, offset_de
     bytes (`rest` to `end`) are reused as they are."""
     ts_bytes, offset_bytes = encode_varint(ts_delta), encode_varint(offset_delta)
     size = 1 + len(ts_bytes) + len(offset_bytes) + end - rest
-    return b"".join((encode_varint(size), _BYTE[buf[body]], ts_bytes, offset_bytes, buf[rest:end]))
+    attributes = SINGLE_BYTES[buf[body]]
+    return b"".join((encode_varint(size), attributes, ts_bytes, offset_bytes, buf[rest:end]))
 
 
 def with_header(

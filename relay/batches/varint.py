@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-# Zigzag varints of -64..63 are one byte: every offset delta of a small batch and most
-# timestamp deltas. A table turns their encoding into one lookup.
-_SMALL = {n: bytes([(n << 1) ^ (n >> 63)]) for n in range(-64, 64)}
-
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """(value, position after it) of the zigzag varint at `pos`."""
@@ -26,16 +22,26 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
-def encode_varint(n: int) -> bytes:
-    small = _SMALL.get(n)
-    if small is not None:
-        return small
+def _encode(n: int) -> bytes:
     z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    if z < 0x4000:  # two bytes: offset deltas of merged batches, timestamp deltas in ms
-        return bytes((z & 0x7F | 0x80, z >> 7))
     out = bytearray()
     while z >= 0x80:
         out.append((z & 0x7F) | 0x80)
         z >>= 7
     out.append(z)
     return bytes(out)
+
+
+# The varints of 0..8191 (one or two bytes), by value, and of -64..-1 (one byte): every length
+# of a record under 8 KiB, offset deltas, timestamp deltas under 8 s are a lookup. The merge
+# loop (relay.batches.merge) indexes ENCODED itself rather than calling.
+TABLE_SIZE = 8192
+ENCODED = [_encode(n) for n in range(TABLE_SIZE)]
+_NEGATIVE = {n: _encode(n) for n in range(-64, 0)}
+
+
+def encode_varint(n: int) -> bytes:
+    if 0 <= n < TABLE_SIZE:
+        return ENCODED[n]
+    small = _NEGATIVE.get(n)
+    return small if small is not None else _encode(n)

@@ -39,10 +39,10 @@ def package_zip(log_dir: Path) -> Path:
         for path in files:
             name = (Path("relay") / path.relative_to(package)).as_posix()
             source = path.read_bytes()
-            zf.writestr(_entry(name, path), source, zipfile.ZIP_DEFLATED)
+            zf.writestr(_entry(name, path), source)
             compiled = _bytecode(path, source)
             if compiled is not None:
-                zf.writestr(_entry(name[:-3] + ".pyc", path), compiled, zipfile.ZIP_DEFLATED)
+                zf.writestr(_entry(name[:-3] + ".pyc", path), compiled)
     return target
 
 
