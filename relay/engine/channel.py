@@ -3,10 +3,10 @@
 Spark returns a task's result only when the task ends, and a relay task runs until the driver
 stops it, so tasks report over this small channel instead. Each task connects to a TCP server on
 the driver (executors must reach the driver anyway, so this works on a real cluster), proves it
-belongs to this run with a per-run token, then sends its cumulative progress every
-`report_interval`; the driver answers each report with a lease renewal, and may send "stop" at
-any time. Messages are JSON lines: no secrets travel (offsets and counts only) and nothing is
-unpickled from the network.
+belongs to this run with a per-run token, then sends every `report_interval` the cumulative
+progress of the partitions that moved since its last report; the driver answers each report with
+a lease renewal, and may send "stop" at any time. Messages are JSON lines: no secrets travel
+(offsets and counts only) and nothing is unpickled from the network.
 
 Why not let tasks commit source offsets and have the driver poll them? That gives progress only
 (no way to say "stop"), costs an OffsetCommit per task per interval plus the driver's
@@ -217,6 +217,10 @@ class ControlServer:
         if self._closed.is_set():
             return
         self._closed.set()
+        try:  # wakes the accept loop at once (it would notice `_closed` within 0.5 s)
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._thread.join(timeout=2)
         self._renewer.join(timeout=2)
         self._listener.close()

@@ -129,6 +129,16 @@ def test_a_driver_that_goes_away_stops_the_task() -> None:
     client.close()
 
 
+def test_closing_the_driver_side_does_not_wait_for_its_accept_loop() -> None:
+    srv = ControlServer("127.0.0.1", 0, "tok", lambda _: 30.0, lambda r: None)
+    time.sleep(0.1)  # the accept loop waits in accept(), which gives up every 0.5 s
+    began = time.monotonic()
+    srv.close()
+    assert time.monotonic() - began < 0.4  # every run ends a stop with this close
+    with pytest.raises(OSError):
+        socket.create_connection((srv.address.host, srv.address.port), timeout=1).close()
+
+
 def test_messages_are_json_lines_without_secrets(server) -> None:
     """What travels: offsets and counts, never configuration (the token only in the hello)."""
     sent: list[bytes] = []

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from relay.engine.driver.failover import Decision, NodeView, best_ends, can_serve, choose, max_lag
+from relay.clients import admin
+from relay.config import ClusterConfig, SourcePoolConfig
+from relay.engine.driver.failover import (
+    Decision,
+    NodeMonitor,
+    NodeView,
+    best_ends,
+    can_serve,
+    choose,
+    max_lag,
+)
+from relay.engine.metrics import Metrics
 
 P0, P1 = ("t", 0), ("t", 1)
 
@@ -51,3 +62,29 @@ def test_a_node_behind_what_was_relayed_cannot_serve() -> None:
 
 def test_down_nodes_are_never_chosen() -> None:
     assert choose([down("a"), down("b")], "a", {}, threshold=10) is None
+
+
+def test_a_node_is_asked_afresh_after_a_failed_check_and_its_gauges_follow(monkeypatch) -> None:
+    answers: list[dict | BaseException] = [{P0: 5, P1: 7}, ConnectionError("gone"), {P0: 5, P1: 9}]
+    memos: list[dict] = []
+
+    def health_end_offsets(node, keys, timeout, memo):  # admin's, without a broker
+        memos.append(dict(memo))
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        memo.update({key: (0, end, end) for key, end in answer.items()})
+        return answer
+
+    monkeypatch.setattr(admin, "health_end_offsets", health_end_offsets)
+    metrics = Metrics()
+    monitor = NodeMonitor([ClusterConfig("a", ("h:1",))], SourcePoolConfig(), metrics, [P0, P1])
+    views = [monitor.check_now()[0].up for _ in range(3)]
+
+    assert views == [True, False, True]
+    assert memos[1] == {P0: (0, 5, 5), P1: (0, 7, 7)}  # what the first check learned
+    assert memos[2] == {}  # forgotten: the node may have come back empty
+    end = metrics.registry.get_sample_value
+    labels = {"node": "a", "topic": "t", "partition": "1"}
+    assert end("ktm_source_node_end_offset", labels) == 9
+    assert end("ktm_source_node_end_offset", {**labels, "partition": "0"}) == 5

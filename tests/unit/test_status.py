@@ -141,9 +141,15 @@ def test_health_is_503_when_no_source_node_answers() -> None:
 
 
 def test_health_checks_keep_lag_current() -> None:
-    status, _, _ = make_status()
+    status, _, metrics = make_status()
     status.observe_nodes([NodeView("dc1", True, {("orders", 1): 40})], "dc1")
     assert status.snapshot().rows[1].lag == 30
+    lag = {"source_topic": "orders", "source_partition": "1"}
+    assert metrics.registry.get_sample_value("ktm_partition_lag", lag) == 30.0
+    status.observe_nodes([NodeView("dc1", True, {("orders", 1): 35})], "dc1")  # an older answer
+    assert status.snapshot().rows[1].lag == 30
+    status.observe_nodes([NodeView("dc1", True, {("orders", 1): 45})], "dc1")
+    assert metrics.registry.get_sample_value("ktm_partition_lag", lag) == 35.0
 
 
 def test_plain_line_and_eta_for_stop_at_end() -> None:

@@ -379,3 +379,32 @@ def test_a_final_flush_ends_at_the_sides_limit_when_writes_stay_out() -> None:
     began = time.monotonic()
     GroupRun(sides.task, 0, channel, sides)._final_flush()  # type: ignore[arg-type]
     assert time.monotonic() - began < 1.0 and sides.flushes >= 1
+
+
+class RecordingChannel(FakeChannel):
+    def __init__(self, reports: int):
+        super().__init__(reports)
+        self.live: list[Any] = []
+
+    def report(self, result: Any, final: bool = False) -> None:
+        if not final:
+            self.live.append(result)
+        super().report(result, final)
+
+
+def test_live_reports_carry_the_partitions_that_moved_and_the_final_one_all() -> None:
+    reader = FakeReader({ROUTES[0].key: [Rec(offset=o) for o in range(9)], ROUTES[1].key: []})
+    channel = RecordingChannel(reports=6)
+    run, _, _ = kafka_run(task((None, None)), reader, FakeProducer(), channel)
+
+    keys = [[p.key for p in result.partitions] for result in channel.live]
+    assert keys[0] == [ROUTES[0].key, ROUTES[1].key]  # the first one: everything is new
+    assert sum(ROUTES[1].key in k for k in keys) == 1  # partition 1 never moved after it
+    moved = [p for result in channel.live for p in result.partitions if p.key == ROUTES[0].key]
+    assert [p.next_offset for p in moved] == sorted({p.next_offset for p in moved})
+    assert moved[-1].next_offset == 9  # each report of it says something new, up to the end
+    final = run.result(None, 0.0)  # what run_task sends last
+    assert [(p.key, p.next_offset) for p in final.partitions] == [
+        (ROUTES[0].key, 9),
+        (ROUTES[1].key, 0),
+    ]

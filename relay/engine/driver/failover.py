@@ -120,6 +120,10 @@ class NodeMonitor:
         # bootstrap: 3-4 round trips, more than request_timeout across a long link); a check
         # still running when the next is due makes that one fail rather than share them.
         self._clients = {n.name: (ClientCache(), threading.Lock()) for n in self.nodes}
+        # Each node's real ends by (beginning, listed end) from its last answer (see
+        # admin.real_end_offsets), forgotten when it does not answer: a node that restarts
+        # empty and fills up again must be asked afresh.
+        self._ends: dict[str, admin.EndMemo] = {n.name: {} for n in self.nodes}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ktm-monitor", daemon=True)
@@ -181,9 +185,13 @@ class NodeMonitor:
         cache, lock = self._clients[node.name]
         if not lock.acquire(blocking=False):
             raise TimeoutError("the previous health check has not answered yet")
+        memo = self._ends[node.name]
         try:
             with cache.use():
-                ends = admin.health_end_offsets(node, self.keys, self.pool.request_timeout)
+                ends = admin.health_end_offsets(node, self.keys, self.pool.request_timeout, memo)
+        except BaseException:
+            memo.clear()
+            raise
         finally:
             if self._stop.is_set():  # closed meanwhile, without waiting for this check
                 cache.close()
@@ -191,19 +199,27 @@ class NodeMonitor:
         return NodeView(node.name, True, ends)
 
     def _publish(self, views: list[NodeView]) -> None:
+        """Log a node going down or up; set the gauges of what changed (at thousands of
+        partitions, setting every series at every check was a good part of the driver's CPU)."""
         with self._lock:
-            for view in views:
-                was = self._views[view.name]
+            before = [self._views[view.name] for view in views]
+            for view, was in zip(views, before, strict=True):
                 if was.up and not view.up:
                     log.warning("source node %s is down: %s", view.name, view.error)
                 elif view.up and not was.up:
                     log.info("source node %s is up", view.name)
                 self._views[view.name] = view
-        for view in views:
+        for view, was in zip(views, before, strict=True):
             self.metrics.node_up.labels(view.name).set(1 if view.up else 0)
-            ends = view.ends if self.metrics.per_partition else per_topic(view.ends)
-            for (topic, partition), end in ends.items():
-                self.metrics.node_end_offset.labels(view.name, topic, str(partition)).set(end)
+            old = self._series(was.ends)
+            for (topic, partition), end in self._series(view.ends).items():
+                if old.get((topic, partition)) != end:
+                    self.metrics.node_end_offset.labels(view.name, topic, partition).set(end)
+
+    def _series(self, ends: dict[SourcePartition, int]) -> dict[tuple[str, str], float]:
+        """End offsets by the labels of their series: per partition, or summed per topic."""
+        found = ends if self.metrics.per_partition else per_topic(ends)
+        return {(topic, str(partition)): end for (topic, partition), end in found.items()}
 
 
 class SourcePool:

@@ -116,9 +116,14 @@ class Membership:
         confirmed = max(member.last_heartbeat(), self._joined_at)
         return now - confirmed < self.session_timeout / 2
 
-    def close(self) -> None:
-        """Leave the group (the others take over at once, without waiting for a timeout)."""
+    def leave(self) -> None:
+        """Start leaving the group (the others take over at once, without waiting for a
+        timeout); `close` waits until it is done. The membership thread notices within a poll
+        (POLL_EVERY), time Spark's stop takes anyway."""
         self._closing.set()
+
+    def close(self) -> None:
+        self.leave()
         self._thread.join(timeout=10)
 
     def rejoin(self, topics: Sequence[str], keys: Sequence[tuple[str, int]]) -> None:

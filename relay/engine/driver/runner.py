@@ -99,6 +99,7 @@ class Runner:
         self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
         self._closed = False
         self._resources = ExitStack()
+        self._resources.callback(self._left)  # last: the group is left while Spark stops
         self._resources.callback(self.pipeline.close)
         self._resources.callback(self.backend.stop)
         self._resources.callback(self.sidecars.stop)  # before Spark stops
@@ -156,8 +157,12 @@ class Runner:
             )
             self.membership.on_revoke = self._on_revoke
             self.membership.start()
-            self._resources.callback(self.membership.close)  # closed first: leave the group
+            self._resources.callback(self.membership.leave)  # first: others may take over
         return self.membership
+
+    def _left(self) -> None:
+        if self.membership is not None:
+            self.membership.close()
 
     # ---- running ------------------------------------------------------------------------
 

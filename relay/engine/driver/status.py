@@ -1,8 +1,9 @@
 """What the driver knows about progress: per-partition counts, next offsets, lag, rates, health.
 
 Fed while tasks run: every task report (relay.engine.channel, about twice a second per task) carries
-cumulative totals for its attempt, and `apply` turns them into deltas, so a report that arrives
-twice (live, then as the Spark result) or not at all changes nothing. The metrics, `/healthz`
+cumulative totals for its attempt, of every partition (the final one) or of those that moved (live
+ones), and `apply` turns them into deltas, so a report that arrives twice (live, then as the
+Spark result) or not at all changes nothing. The metrics, `/healthz`
 (from the HTTP thread) and the progress view read from here; all state sits behind one lock.
 """
 
@@ -13,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from relay.engine.driver.failover import NodeView
 from relay.engine.driver.fetch_trouble import FetchTroubles
@@ -107,6 +109,9 @@ class Status:
         self._rows: dict[SourcePartition, PartitionRow] = {}
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
         self._waited: set[tuple[tuple[str, str], str]] = set()
+        # Metric children looked up once: counters by partition, gauges by their labels.
+        self._counter_children: dict[SourcePartition, tuple[Any, Any, Any]] = {}
+        self._gauge_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._lock = threading.Lock()
 
     def start(
@@ -159,22 +164,36 @@ class Status:
                 self.first_ack_at = now
         self._publish([part.key for part in parts])
 
+    def _counters(self, route: PartitionRoute) -> tuple[Any, Any, Any]:
+        """A partition's consumed, produced and bytes counters, looked up once (a label lookup
+        costs microseconds, and thousands of partitions report twice a second)."""
+        found = self._counter_children.get(route.key)
+        if found is None:
+            m = self.metrics
+            labels = (
+                route.topic,
+                partition_label(m, route.partition),
+                route.target_topic,
+                partition_label(m, route.target_partition),
+            )
+            found = (
+                m.consumed.labels(*labels),
+                m.produced.labels(*labels),
+                m.bytes_produced.labels(route.target_topic),
+            )
+            self._counter_children[route.key] = found
+        return found
+
     def _add(self, part: PartitionProgress, before: PartitionProgress | None, now: float) -> bool:
         """Count one partition's delta; True if records were relayed or dropped."""
         row, m = self._rows[part.key], self.metrics
         route = row.route
         source_partition = partition_label(m, route.partition)
-        labels = (
-            route.topic,
-            source_partition,
-            route.target_topic,
-            partition_label(m, route.target_partition),
-        )
+        consumed, produced_counter, bytes_counter = self._counters(route)
         produced = part.produced - (before.produced if before else 0)
-        m.consumed.labels(*labels).inc(max(0, part.consumed - (before.consumed if before else 0)))
-        m.produced.labels(*labels).inc(max(0, produced))
-        done_bytes = part.produced_bytes - (before.produced_bytes if before else 0)
-        m.bytes_produced.labels(route.target_topic).inc(max(0, done_bytes))
+        consumed.inc(max(0, part.consumed - (before.consumed if before else 0)))
+        produced_counter.inc(max(0, produced))
+        bytes_counter.inc(max(0, part.produced_bytes - (before.produced_bytes if before else 0)))
         segments = part.segments - (before.segments if before else 0)
         if segments > 0:
             m.segments_written.labels(route.topic, source_partition).inc(segments)
@@ -234,6 +253,7 @@ class Status:
         if not self.metrics.per_partition:  # a topic's series goes when none of it is ours
             series = {(t, ALL_PARTITIONS) for t, _ in gone} - {(t, ALL_PARTITIONS) for t, _ in keys}
         for topic, partition in sorted(series):
+            self._gauge_children.pop((topic, str(partition)), None)
             for gauge in (self.metrics.lag, self.metrics.next_offset):
                 try:
                     gauge.remove(topic, str(partition))
@@ -269,15 +289,17 @@ class Status:
     def observe_nodes(self, views: list[NodeView], active: str) -> None:
         """Health-check answers: the active node's end offsets keep the lag current."""
         self.nodes, self.active_node = views, active
+        moved = []
         with self._lock:
             for view in views:
                 if view.name != active or not view.up:
                     continue
                 for key, end in view.ends.items():
-                    if key in self._rows:
-                        row = self._rows[key]
-                        self._rows[key] = replace(row, end=max(row.end or 0, end))
-        self._publish(list(self._rows))
+                    row = self._rows.get(key)
+                    if row is not None and (row.end is None or end > row.end):
+                        self._rows[key] = replace(row, end=end)
+                        moved.append(key)
+        self._publish(moved)  # only what changed: at 2,000 partitions every check cost ~0.1 s
 
     def _publish(self, keys: Sequence[SourcePartition]) -> None:
         with self._lock:
@@ -292,13 +314,23 @@ class Status:
         for row in rows:
             labels = (row.route.topic, str(row.route.partition))
             if self.metrics.per_partition:
-                self.metrics.next_offset.labels(*labels).set(row.next_offset)
+                next_offset, lag = self._gauges(labels)
+                next_offset.set(row.next_offset)
                 if row.lag is not None:
-                    self.metrics.lag.labels(*labels).set(row.lag)
+                    lag.set(row.lag)
             self._publish_waiting(row, labels)
         if not self.metrics.per_partition:
             for (topic, partition), lag in per_topic(lags).items():
                 self.metrics.lag.labels(topic, str(partition)).set(lag)
+
+    def _gauges(self, labels: tuple[str, str]) -> tuple[Any, Any]:
+        """A partition's next-offset and lag gauges, looked up once (see _counters); set_owned
+        forgets the ones whose series it removes."""
+        found = self._gauge_children.get(labels)
+        if found is None:
+            found = (self.metrics.next_offset.labels(*labels), self.metrics.lag.labels(*labels))
+            self._gauge_children[labels] = found
+        return found
 
     def _publish_waiting(self, row: PartitionRow, labels: tuple[str, str]) -> None:
         """One series per reason a partition ever waited for; 0 once it no longer waits."""

@@ -16,6 +16,7 @@ write unsupervised).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -30,7 +31,7 @@ from relay.engine.executor.partition import PartitionState
 from relay.engine.executor.sides import Sides
 from relay.engine.executor.throttle import Throttle
 from relay.filters import FilterRuntimeError, cached_filters
-from relay.spec import GroupResult, TaskError, TaskSpec
+from relay.spec import GroupResult, PartitionProgress, TaskError, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class GroupRun:
         self.buffer_limit: int | None = None
         self.throttle = Throttle(None, None)
         self._writing: set[tuple[str, int]] = set()  # partitions with writes not yet durable
+        self._reported: dict[tuple[str, int], PartitionProgress] = {}  # as last reported live
 
     def execute(self) -> TaskError | None:
         error: TaskError | None = None
@@ -125,7 +127,7 @@ class GroupRun:
                 self._step(active, sweep)
             now = time.monotonic()
             if now >= next_report:
-                self.channel.report(self.result(None, 0.0))
+                self.channel.report(self.live_result())
                 next_report = now + self.task.report_interval
             if now >= next_commit:
                 self._commit()
@@ -213,7 +215,7 @@ class GroupRun:
             if now >= deadline:
                 return
             if now >= next_report:
-                self.channel.report(self.result(None, 0.0))
+                self.channel.report(self.live_result())
                 next_report = now + self.task.report_interval
 
     def _commit(self, final: bool = False) -> None:
@@ -238,6 +240,15 @@ class GroupRun:
             log.warning("commit failed (%d partitions): %s", len(moved), exc)
             return
         done()
+
+    def live_result(self) -> GroupResult:
+        """A report while running, of the partitions whose progress changed since the last
+        one: the driver takes cumulative totals, so a partition left out stands still (a task
+        of a thousand partitions, most of them quiet, would send them all twice a second)."""
+        result = self.result(None, 0.0)
+        changed = tuple(p for p in result.partitions if self._reported.get(p.key) != p)
+        self._reported.update((p.key, p) for p in changed)
+        return dataclasses.replace(result, partitions=changed)
 
     def result(self, error: TaskError | None, elapsed: float) -> GroupResult:
         samples, self.latencies[:] = list(self.latencies), []
