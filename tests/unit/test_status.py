@@ -230,3 +230,13 @@ def test_lag_and_next_offset_are_published_for_owned_partitions_only() -> None:
     assert metrics.registry.get_sample_value("ktm_partition_lag", owned) == 50.0
     status.set_owned(frozenset({("orders", 0), ("orders", 1)}), members=1)  # and came back
     assert metrics.registry.get_sample_value("ktm_source_next_offset", lag) == 10.0
+
+
+def test_a_partition_that_stops_moving_plans_with_no_rate() -> None:
+    status, clock, _ = make_status()
+    clock.now += 2.0
+    status.apply((1, 0, 0), [progress(0, 60, consumed=60, produced=60)])
+    assert status.rows()[("orders", 0)].rate == 30.0
+    clock.now += 10.0  # no report of it since: live reports leave out what did not move
+    assert status.rows()[("orders", 0)].rate == 0.0
+    assert status.snapshot().rows[0].rate == 0.0

@@ -98,6 +98,7 @@ class Runner:
         self._gap_from: float | None = None
         self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
         self._closed = False
+        self._joined: Membership | None = None  # the group this runner joined (and leaves)
         self._resources = ExitStack()
         self._resources.callback(self._left)  # last: the group is left while Spark stops
         self._resources.callback(self.pipeline.close)
@@ -158,11 +159,12 @@ class Runner:
             self.membership.on_revoke = self._on_revoke
             self.membership.start()
             self._resources.callback(self.membership.leave)  # first: others may take over
+            self._joined = self.membership
         return self.membership
 
     def _left(self) -> None:
-        if self.membership is not None:
-            self.membership.close()
+        if self._joined is not None:
+            self._joined.close()
 
     # ---- running ------------------------------------------------------------------------
 

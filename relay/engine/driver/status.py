@@ -283,8 +283,11 @@ class Status:
             return {key: row.next_offset for key, row in self._rows.items()}
 
     def rows(self) -> dict[SourcePartition, PartitionRow]:
+        """Every partition's row, its rate 0 once stale: a partition that stopped moving is
+        left out of live reports, so its last rate is never measured again."""
+        now = self.clock()
         with self._lock:
-            return dict(self._rows)
+            return {key: _current(row, now) for key, row in self._rows.items()}
 
     def observe_nodes(self, views: list[NodeView], active: str) -> None:
         """Health-check answers: the active node's end offsets keep the lag current."""
@@ -351,11 +354,7 @@ class Status:
         with self._lock:
             owned, members = self.owned, self.members
             rows = tuple(
-                replace(
-                    row,
-                    rate=row.rate if now - row.rate_at < RATE_STALE else 0.0,
-                    owned=owned is None or key in owned,
-                )
+                replace(_current(row, now), owned=owned is None or key in owned)
                 for key, row in sorted(self._rows.items())
             )
         return Snapshot(
@@ -405,3 +404,10 @@ def _count_delta(
 ) -> dict[str, int]:
     old = dict(before)
     return {name: count - old.get(name, 0) for name, count in now if count > old.get(name, 0)}
+
+
+def _current(row: PartitionRow, now: float) -> PartitionRow:
+    """The row with its rate read as 0 once not refreshed for RATE_STALE seconds."""
+    if row.rate and now - row.rate_at >= RATE_STALE:
+        return replace(row, rate=0.0)
+    return row
