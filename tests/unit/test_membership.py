@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
 
+from relay.clients.group import Assignment
 from relay.config import ClusterConfig
 from relay.engine.driver.membership import Membership
 from relay.engine.metrics import Metrics
@@ -19,3 +21,34 @@ def test_a_rejoin_without_an_assignment_in_time_fails_naming_the_group():
     membership._rejoin_deadline = time.monotonic() - 1  # a rejoin that never completed
     with pytest.raises(KafkaSetupError, match=r"group ktm.relay on .*: no assignment within 18s"):
         membership.current()
+
+
+class Member:
+    def __init__(self, answered_at: float):
+        self.answered_at = answered_at
+
+    def last_heartbeat(self) -> float:
+        return self.answered_at
+
+
+def test_a_lapsed_right_to_write_says_why_once(caplog):
+    membership = Membership(ClusterConfig("target", ("t:1",)), "ktm.relay", ["d"], [("t", 0)],
+                            6.0, Metrics())  # fmt: skip
+    now = time.monotonic()
+    membership._assignment = Assignment(1, frozenset({("t", 0)}), 1)
+    membership._member, membership._last_poll = Member(now), now
+    assert membership.may_write()
+    membership._member = Member(now - 4)  # half a session: 3 s
+    with caplog.at_level(logging.WARNING, logger="relay.engine.driver.membership"):
+        assert not membership.may_write()
+        assert not membership.may_write()
+    (warning,) = caplog.records
+    assert warning.getMessage().startswith(
+        "group ktm.relay: tasks' leases are not renewed: no heartbeat answered for 4."
+    )
+    membership._member = Member(time.monotonic())
+    membership._last_poll = time.monotonic()
+    assert membership.may_write()  # answered again: the next lapse is told again
+    membership._last_poll = time.monotonic() - 3  # the poll loop stuck for more than 2 s
+    assert not membership.may_write()
+    assert "its poll loop has not run for 3." in caplog.records[-1].getMessage()

@@ -54,6 +54,7 @@ class Membership:
         self._member: GroupMember | None = None
         self._last_poll = time.monotonic()
         self._joined_at = float("-inf")
+        self._lapsed = False  # may_write said no, for a reason logged once
         self._rejoin_deadline: float | None = None  # a rejoin must end in an assignment by then
         self._replan: tuple[list[str], list[tuple[str, int]]] | None = None
         self._error: BaseException | None = None
@@ -112,9 +113,20 @@ class Membership:
             return False
         now = time.monotonic()
         if now - self._last_poll > max(2.0, self.session_timeout / 4):
-            return False  # the poll loop is stuck: it could miss a rebalance
+            # the poll loop is stuck: it could miss a rebalance
+            return self._not_writing(f"its poll loop has not run for {now - self._last_poll:.1f}s")
         confirmed = max(member.last_heartbeat(), self._joined_at)
-        return now - confirmed < self.session_timeout / 2
+        if now - confirmed >= self.session_timeout / 2:
+            return self._not_writing(f"no heartbeat answered for {now - confirmed:.1f}s")
+        self._lapsed = False
+        return True
+
+    def _not_writing(self, why: str) -> bool:
+        """False, with a warning when the right to write lapses while assigned (once)."""
+        if not self._lapsed:
+            self._lapsed = True
+            log.warning("group %s: tasks' leases are not renewed: %s", self.group, why)
+        return False
 
     def leave(self) -> None:
         """Start leaving the group (the others take over at once, without waiting for a
