@@ -89,7 +89,9 @@ def settings_by_section(settings: tuple[str, ...]) -> dict[str, list[str]]:
     return sections
 
 
-def ktm_config(bench: Bench, routes: dict[str, str], metrics_port: int) -> str:
+def ktm_config(
+    bench: Bench, routes: dict[str, str], metrics_port: int, discover: str | None = None
+) -> str:
     sections = settings_by_section(bench.ktm_settings)
     sections["app"] = [
         f'metrics_addr = "127.0.0.1:{metrics_port}"',
@@ -98,6 +100,9 @@ def ktm_config(bench: Bench, routes: dict[str, str], metrics_port: int) -> str:
     ]
     sections["target"] = [f'servers = ["{bench.cluster.dst}"]', *sections["target"]]
     lines = ["[topics]\n" + "".join(f'"{s}" = "{t}"\n' for s, t in routes.items())]
+    if discover is not None:  # the topics a pattern matches, copies under the same names
+        lines.append(f"[discover]\ninclude = [{json.dumps(discover)}]\n")
+        sections["target"].append("create_topics = true")
     lines.append(f'[[sources]]\nname = "bench-source"\nservers = ["{bench.cluster.src}"]\n')
     for section, body in sections.items():
         if body:
@@ -116,12 +121,14 @@ class Ktm(Launched):
         *,
         stop_at_end: bool,
         routes: dict[str, str] | None = None,  # many topics: source -> destination
+        discover: str | None = None,  # a [discover] pattern instead of routes
     ):
         name = unique("ktm")
         port = free_port()  # a tiny race with other programs; ktm says so if it loses it
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         config = bench.workdir / f"{name}.toml"
-        config.write_text(ktm_config(bench, routes or {source: target}, port))
+        routes = {} if discover is not None else routes or {source: target}
+        config.write_text(ktm_config(bench, routes, port, discover))
         self.summary_path = bench.workdir / f"{name}.summary.json"
         cmd = [ktm_executable(), "relay", "--config", str(config), "--no-progress"]
         cmd += ["--summary-json", str(self.summary_path)]

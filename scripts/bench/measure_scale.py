@@ -3,12 +3,14 @@ partitions), every contender copying all of them, whole process, every record ch
 
 ktm gets the topics as `[topics]` entries; the loops get the same pairs (scripts/bench/loops.py
 --pairs). The source topics are made once per case and shared by the contenders; each contender
-copies into destination topics of its own, deleted afterwards (Tansu keeps all in memory)."""
+copies into destination topics of its own, deleted afterwards (Tansu keeps all in memory). A
+last ktm row gets the topics from a `[discover]` pattern instead and creates their copies."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,8 +44,16 @@ class Topics:
 
 @contextmanager
 def many_topics(bootstrap: str, prefix: str, count: int) -> Iterator[list[str]]:
-    names = [f"{prefix}-{uuid.uuid4().hex[:6]}-{i:05d}" for i in range(count)]
+    tag = uuid.uuid4().hex[:6]  # one per call: a pattern names these topics and no others
+    names = [f"{prefix}-{tag}-{i:05d}" for i in range(count)]
     create_topics(bootstrap, names, PARTITIONS)
+    with deleted_after(bootstrap, names):
+        yield names
+
+
+@contextmanager
+def deleted_after(bootstrap: str, names: list[str]) -> Iterator[list[str]]:
+    """`names` (made by the caller, or by ktm as it copies), deleted when the block ends."""
     try:
         yield names
     finally:
@@ -51,7 +61,7 @@ def many_topics(bootstrap: str, prefix: str, count: int) -> Iterator[list[str]]:
         try:
             admin.delete_topics(names)
         except Exception as exc:  # noqa: BLE001 - only broker memory is at stake
-            print(f"  (could not delete {count} topics: {exc!r})")
+            print(f"  (could not delete {len(names)} topics: {type(exc).__name__})")
         finally:
             admin.close()
 
@@ -130,20 +140,28 @@ def fresh_target(bench: Bench) -> None:
 
 
 def copy_many(
-    bench: Bench, kind: str, source: Topics, opts: Options
+    bench: Bench, kind: str, source: Topics, opts: Options, discover: bool = False
 ) -> tuple[Finished | None, dict[str, Any], str]:
     """One contender copies every source topic into destination topics of its own, on an
     empty destination broker: Tansu (memory storage) slowed from copy to copy even with each
     copy's topics deleted (its CPU for the same 1.2M-record copy grew from 2.3 to 8.5 s over
-    three copies), which made the order of the contenders part of the result."""
+    three copies), which made the order of the contenders part of the result. `discover`
+    (ktm): the topics are named by a `[discover]` pattern, and ktm creates their copies."""
     fresh_target(bench)
-    with many_topics(bench.cluster.dst, f"scale-{kind}", len(source.names)) as targets:
+    if discover:
+        made = deleted_after(bench.cluster.dst, source.names)
+    else:
+        made = many_topics(bench.cluster.dst, f"scale-{kind}", len(source.names))
+    with made as targets:
         mapping = dict(zip(source.names, targets, strict=True))
         partitions = len(targets) * PARTITIONS
-        print(f"  {LABELS[kind]}: copying {source.records:,} records of {partitions:,} partitions "
-              f"(load average {load_average()}) ...", flush=True)  # fmt: skip
+        print(f"  {label(kind, discover)}: copying {source.records:,} records of {partitions:,} "
+              f"partitions (load average {load_average()}) ...", flush=True)  # fmt: skip
         if kind == "ktm":
-            proc: Ktm | Loop = Ktm(bench, "", "", stop_at_end=True, routes=mapping)
+            # names are PREFIX-TAG-NNNNN (many_topics): the pattern matches these and no others
+            pattern = re.escape(source.names[0].rsplit("-", 1)[0]) + "-.*" if discover else None
+            proc: Ktm | Loop = Ktm(bench, "", "", stop_at_end=True, routes=mapping,
+                                   discover=pattern)  # fmt: skip
         else:
             pairs = bench.workdir / f"{unique('pairs')}.json"
             pairs.write_text(json.dumps([[s, t, PARTITIONS] for s, t in mapping.items()]))
@@ -158,6 +176,10 @@ def copy_many(
             summary,
             verdict(source.expected, digest_topics(bench.cluster.dst, targets), mapping),
         )
+
+
+def label(kind: str, discover: bool) -> str:
+    return "ktm, topics by [discover] pattern" if discover else LABELS[kind]
 
 
 HEADERS = ["topics", "partitions", "records", "contender", "seconds", "records/s",
@@ -180,13 +202,16 @@ def scale(bench: Bench, opts: Options) -> Table:
             source = Topics(names, records, digest_topics(bench.cluster.src, names))
             print(f"  source ready in {time.monotonic() - began:.1f} s (not timed)", flush=True)
             loop_wall = None
-            for kind in [k for k in runnable(opts.contenders) if k != "naive"][::-1]:
-                finished, summary, check = copy_many(bench, kind, source, opts)
+            kinds = [(k, False) for k in runnable(opts.contenders) if k != "naive"][::-1]
+            kinds += [("ktm", True)] if "ktm" in opts.contenders else []
+            for kind, discover in kinds:
+                finished, summary, check = copy_many(bench, kind, source, opts, discover)
                 wall = finished.wall if finished and check == "ok" else None
                 loop_wall = wall if kind != "ktm" else loop_wall
                 versus = report.ratio(loop_wall, wall) if kind == "ktm" else report.NA
                 table.add(
-                    topics, topics * PARTITIONS, f"{records:,}", LABELS[kind], report.seconds(wall),
+                    topics, topics * PARTITIONS, f"{records:,}", label(kind, discover),
+                    report.seconds(wall),
                     report.rate(records, wall), versus,
                     report.seconds(summary.get("first_record")),
                     report.megabytes(finished.peak_rss if finished else None),

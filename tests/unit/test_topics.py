@@ -144,3 +144,36 @@ def test_a_create_error_names_the_key_and_topic(monkeypatch):
     fake.create_topics = refuse
     with pytest.raises(KafkaSetupError, match=r"\[target\].create_topics: creating 'orders'"):
         manager(monkeypatch, fake, include=("orders",)).resolve()
+
+
+def test_many_missing_destinations_are_created_in_one_request_and_logged_in_one_line(
+    monkeypatch, caplog
+):
+    source = {f"t{i:02d}": 5 for i in range(30)}
+    configs = {"t07": {"retention.ms": "60000"}}
+    fake = FakeAdmin(source, {}, configs)
+    with caplog.at_level(logging.INFO, logger="relay.pipelines.relay.topics"):
+        manager(monkeypatch, fake, include=("t.*",)).resolve()
+    ((topics, rf, copied),) = fake.created  # one request, configs described in one too
+    assert topics == source and rf == 3
+    assert copied["t07"] == {"retention.ms": "60000"} and copied["t08"] == {}
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert lines == ["created 30 destination topics (each: --debug)"]
+
+
+def test_topics_another_process_created_first_are_taken_one_by_one(monkeypatch):
+    fake = FakeAdmin({"a": 2, "b": 2, "c": 2}, {}, {})
+    create = fake.create_topics
+
+    def first_was_faster(cluster: Any, topics: dict, *args: Any) -> None:
+        if "b" in topics:  # as Kafka does: the others in the request are created all the same
+            if len(topics) > 1:
+                create(cluster, {t: n for t, n in topics.items() if t != "b"}, *args)
+            fake.target["b"] = 2
+            raise KafkaSetupError("TopicAlreadyExistsError: b")
+        create(cluster, topics, *args)
+
+    fake.create_topics = first_was_faster
+    plan = manager(monkeypatch, fake, include=(".*",)).resolve()
+    assert [set(topics) for topics, _, _ in fake.created] == [{"a", "c"}, {"a"}, {"c"}]
+    assert sorted(r.target for r in plan.routes) == ["a", "b", "c"]
