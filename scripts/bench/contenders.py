@@ -3,10 +3,12 @@ the baseline loops of scripts/bench/loops.py (naive kafka-python, optional confl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -21,7 +23,8 @@ from scripts.bench.processes import Launched
 from testbed.ports import free_port
 
 CONTENDERS = ("ktm", "naive", "confluent")
-LABELS = {"ktm": "ktm", "naive": "naive kafka-python loop", "confluent": "confluent-kafka loop"}
+LABELS = {"ktm": "ktm", "naive": "naive kafka-python loop", "confluent": "confluent-kafka loop",
+          "ktm-first": "ktm, first run on a machine"}  # fmt: skip
 PRODUCED = "ktm_messages_produced_total"
 SCRAPE_TIMEOUT_S = 2.0
 
@@ -192,4 +195,9 @@ def launch(
     topic until SIGTERM."""
     if kind == "ktm":
         return Ktm(bench, *topics, stop_at_end=not continuous)
+    if kind == "ktm-first":  # an empty class cache: the run writes Spark's class archive at exit
+        cache = tempfile.mkdtemp(prefix="class-cache-", dir=bench.workdir)
+        settings = (*bench.ktm_settings, f"spark.class_cache={json.dumps(cache)}")
+        first = dataclasses.replace(bench, ktm_settings=settings)
+        return Ktm(first, *topics, stop_at_end=not continuous)
     return Loop(kind, bench, topics, partitions, follow=continuous)
