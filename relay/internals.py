@@ -380,8 +380,9 @@ INTERNALS = (
         None,
     ),
     Internal(
-        "ConsumerCoordinator.request_rejoin", "kafka-python",
-        _has("kafka.coordinator.consumer", "ConsumerCoordinator", "request_rejoin", "stable"),
+        "ConsumerCoordinator.request_rejoin and ensure_active_group", "kafka-python",
+        _has("kafka.coordinator.consumer", "ConsumerCoordinator", "request_rejoin", "stable",
+             "ensure_active_group"),
         None,
     ),
     Internal(

@@ -117,7 +117,10 @@ class Topics:
     def _creations(
         self, missing: dict[str, int], routes: tuple[TopicRoute, ...]
     ) -> tuple[Creation, ...]:
-        sources = {dest: next(r.source for r in routes if r.target == dest) for dest in missing}
+        sources: dict[str, str] = {}
+        for route in routes:  # the first route to a destination names its source, as before
+            if route.target in missing:
+                sources.setdefault(route.target, route.source)
         configs = self._configs(sorted(set(sources.values())))
         return tuple(
             Creation(
