@@ -168,8 +168,9 @@ class TansuBroker:
         except subprocess.TimeoutExpired:
             self.kill()
 
-    def restart(self, timeout: float = 10.0) -> TansuBroker:
-        """Kill if running, then start again on the same port: an empty broker."""
+    def restart(self, timeout: float = 10.0, *, empty: bool = True) -> TansuBroker:
+        """Kill if running, then start again on the same port: an empty broker (memory
+        storage: `empty` is always true here; an Apache Kafka node keeps its log unless told)."""
         self.kill()
         return self.start(timeout)
 

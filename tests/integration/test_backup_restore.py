@@ -34,7 +34,7 @@ from tests.support.relay import (
     write_config,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.brokers("tansu", "kafka", "kafka39")]
 
 T0 = 1_700_000_000_000
 

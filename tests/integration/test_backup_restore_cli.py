@@ -18,7 +18,7 @@ from testbed.tansu import NO_KILL_REASON, brokers_are_external
 from testbed.topics import create_topic, unique_topic
 from tests.integration.test_backup_restore import assert_same, config, records
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.brokers("tansu", "kafka")]
 
 
 def stored_records(store: Path) -> int:

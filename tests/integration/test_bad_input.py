@@ -14,7 +14,7 @@ from testbed.ports import free_port
 from testbed.topics import create_topic, topic_names, unique_topic
 from tests.support.relay import topic_pair, write_config
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.brokers("tansu", "kafka")]
 
 
 def test_destination_with_fewer_partitions_is_refused(source_broker, target_broker, tmp_path):

@@ -23,7 +23,7 @@ from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic
 from tests.conftest import BrokerFactory
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.brokers("tansu", "kafka")]
 
 T0 = 1_700_000_000_000
 # partition: how kafka-python batches it (one record per batch for partition 0)

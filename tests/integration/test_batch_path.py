@@ -17,7 +17,7 @@ from testbed.topics import unique_topic
 from tests.support.inprocess import relay_once
 from tests.support.relay import assert_exact_copy, committed_offsets, topic_pair, write_config
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = [pytest.mark.timeout(150), pytest.mark.brokers("tansu", "kafka", "kafka39")]
 
 T0 = 1_650_000_000_000
 CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}  # partition 0: one record per batch

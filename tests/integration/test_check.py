@@ -9,7 +9,7 @@ from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic
 from tests.support.relay import topic_pair, write_config
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.brokers("tansu", "kafka")]
 
 
 def check(tmp_path, config) -> Finished:

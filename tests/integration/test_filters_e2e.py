@@ -36,7 +36,7 @@ from testbed.topics import create_topic, unique_topic
 from tests.support.inprocess import relay_once
 from tests.support.relay import assert_exact_copy, committed_offsets, topic_pair, write_config
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = [pytest.mark.timeout(150), pytest.mark.brokers("tansu", "kafka")]
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "filters"

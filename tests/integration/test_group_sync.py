@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 
 from testbed.records import read_all
@@ -22,6 +23,8 @@ from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
 from tests.support.inprocess import Background
 from tests.support.relay import write_config
+
+pytestmark = pytest.mark.brokers("tansu", "kafka")
 
 FILTERS = Path(__file__).parent / "filter_files"
 GROUP_SESSION = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}

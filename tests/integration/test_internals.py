@@ -13,7 +13,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from relay import internals
 from testbed.topics import create_topic, unique_topic
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.brokers("tansu", "kafka")]
 
 
 def test_every_internal_is_seen_on_the_classes():

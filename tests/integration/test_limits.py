@@ -16,7 +16,7 @@ from testbed.topics import create_topic, unique_topic
 from tests.support.feeder import Feeder
 from tests.support.relay import assert_exact_copy, write_config
 
-pytestmark = [pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.brokers("tansu", "kafka")]
 
 BACKFILL = 200_000
 CAP = 20_000  # records/s for the whole group: the backfill takes 10 s

@@ -22,6 +22,8 @@ from tests.support.feeder import Feeder
 from tests.support.inprocess import Background
 from tests.support.relay import write_config
 
+pytestmark = pytest.mark.brokers("tansu", "kafka")
+
 FAST_DISCOVERY = 'interval = "1s"'
 
 

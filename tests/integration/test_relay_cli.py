@@ -42,7 +42,7 @@ from tests.support.relay import (
     write_config,
 )
 
-pytestmark = pytest.mark.timeout(170)
+pytestmark = [pytest.mark.timeout(170), pytest.mark.brokers("tansu", "kafka")]
 
 
 def assert_copied_without_duplicates(

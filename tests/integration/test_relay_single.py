@@ -30,7 +30,7 @@ from tests.support.relay import (
     write_config,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.brokers("tansu", "kafka", "kafka39")]
 
 BASE_TIMESTAMP_MS = 1_600_000_000_000
 SOURCE_NAME = "dc1"

@@ -18,7 +18,7 @@ from testbed.topics import create_topic, unique_topic
 from tests.integration.test_backup_restore import assert_same, config
 from tests.support.feeder import Feeder
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.brokers("tansu", "kafka")]
 
 PARTITIONS = 4
 # Segments close quickly and the restore lists the store often: the test waits for seconds.

@@ -25,6 +25,7 @@ from tests.support.feeder import Feeder
 from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [
+    pytest.mark.brokers("tansu", "kafka"),
     pytest.mark.timeout(300),
     pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON),
 ]

@@ -14,7 +14,7 @@ from testbed.records import read_all
 from testbed.tansu import NO_KILL_REASON, TansuBroker, brokers_are_external
 from testbed.topics import create_topic, unique_topic
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.brokers("tansu", "kafka")]
 PATHS = pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "send"])
 
 

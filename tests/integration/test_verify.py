@@ -23,7 +23,7 @@ from tests.support.feeder import Feeder
 from tests.support.inprocess import Background, assert_verified, backup, relay_once, verify_once
 from tests.support.relay import write_config
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.brokers("tansu", "kafka")]
 
 RECORDS = 200  # over 2 partitions
 KEY_PREFIX = Path(__file__).resolve().parents[2] / "filters" / "key_prefix.py"
