@@ -319,6 +319,19 @@ def topic_configs(
     }
 
 
+def broker_settings(cluster: ClusterConfig, names: Iterable[str], timeout: float) -> dict[str, str]:
+    """Settings of one of the cluster's brokers (DescribeConfigs of the BROKER resource), as it
+    describes them: {} where it describes nothing (Tansu)."""
+    with admin_client(cluster, timeout) as client, _supported("DescribeConfigs"):
+        brokers = client.describe_cluster()["brokers"]
+        if not brokers:
+            return {}
+        resource = ConfigResource("BROKER", str(brokers[0]["broker_id"]))
+        described = client.describe_configs([resource], config_filter="all")
+    configs = next(iter((described.get("broker") or {}).values()), None) or {}
+    return {name: _config_value(configs[name]) for name in names if name in configs}
+
+
 def _source(data: Any) -> str | None:
     return data.get("config_source") if isinstance(data, dict) else None
 

@@ -27,14 +27,17 @@ from typing import Any
 from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from kafka.errors import InvalidSessionTimeoutError
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
 
 from relay import internals
-from relay.clients.settings import client_settings, never_create_topics
+from relay.clients.admin import broker_settings
+from relay.clients.settings import client_settings, describe, never_create_topics
 from relay.config import ClusterConfig
+from relay.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +171,7 @@ class GroupMember:
         never_create_topics(self._consumer)
         self._consumer.subscribe(topics=list(topics), listener=self._listener)
         self._closed = False
+        self._cluster, self._session = cluster, session_timeout
 
     def replan(self, topics: Sequence[str], keys: Sequence[Key]) -> None:
         """Share other partitions: this member rejoins with them, without leaving the group (a
@@ -181,7 +185,28 @@ class GroupMember:
 
     def poll(self, timeout: float) -> None:
         """Polls for `timeout` seconds; while a join is out, waits for it up to JOIN_POLL
-        instead (internals.joining: a join that ends between two polls is thrown away)."""
+        instead (internals.joining: a join that ends between two polls is thrown away). A
+        session timeout the broker refuses is a ConfigError naming the key and its limits."""
+        try:
+            self._poll(timeout)
+        except InvalidSessionTimeoutError as exc:
+            raise self._session_refused() from exc
+
+    def _session_refused(self) -> ConfigError:
+        names = ("group.min.session.timeout.ms", "group.max.session.timeout.ms")
+        try:
+            limits = broker_settings(self._cluster, names, 10.0)
+        except Exception as exc:  # noqa: BLE001 - the key is named either way
+            log.debug("describing the broker's session limits: %s", exc)
+            limits = {}
+        allowed = ", ".join(f"{name} = {limits[name]}" for name in names if name in limits)
+        return ConfigError(
+            f"[app].session_timeout = {self._session:g}s is refused by {describe(self._cluster)}"
+            f" for the group of ktm processes (broker: {allowed or 'limits not described'}); "
+            "set it within the broker's limits (the default, 6s, is a stock broker's minimum)"
+        )
+
+    def _poll(self, timeout: float) -> None:
         if internals.joining(self._consumer):
             internals.await_join(self._consumer, JOIN_POLL)
             if internals.joining(self._consumer):

@@ -26,7 +26,7 @@ from relay.clients.group import Assignment, GroupMember
 from relay.clients.settings import describe
 from relay.config import ClusterConfig
 from relay.engine.metrics import Metrics
-from relay.errors import KafkaSetupError
+from relay.errors import ConfigError, KafkaSetupError
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class Membership:
 
     def current(self) -> Assignment | None:
         """The assignment in force, or None while the group rebalances."""
+        if isinstance(self._error, ConfigError):
+            raise self._error
         if self._error is not None:
             raise KafkaSetupError(
                 f"group {self.group} on {describe(self.target)}: {self._error}"
