@@ -42,6 +42,7 @@ class Round:
     replan_checked_finished: int = 0  # finished tasks already considered for a re-plan
     stop_reason: str | None = None
     stop_asked_at: float | None = None
+    cancelled: bool = False  # the Spark job was cancelled: once is enough
     # Final reports by task id, as they arrive over the channel (before the job ends).
     finished: dict[int, GroupResult] = field(default_factory=dict)
     heard: dict[int, float] = field(default_factory=dict)  # task id -> its last report
@@ -104,7 +105,7 @@ class Round:
     def overdue(self) -> bool:
         """Asked to stop long ago and still running: a task is not answering."""
         asked = self.stop_asked_at
-        return asked is not None and time.monotonic() - asked > CANCEL_AFTER
+        return not self.cancelled and asked is not None and time.monotonic() - asked > CANCEL_AFTER
 
     def cancel(self) -> None:
         log.warning(
@@ -112,8 +113,8 @@ class Round:
             self.round_id,
             CANCEL_AFTER,
         )
+        self.cancelled = True
         self.job.cancel()
-        self.stop_asked_at = float("inf")  # cancel once
 
 
 @dataclass(frozen=True)

@@ -366,7 +366,7 @@ class Runner:
         if self._gap_from is not None and channel.connected(current.round_id) >= len(
             current.groups
         ):
-            self.metrics.round_gap.inc(time.monotonic() - self._gap_from)
+            self.metrics.round_gap.inc(max(0.0, time.monotonic() - self._gap_from))
             self._gap_from = None
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
         self.pipeline.tick()
