@@ -97,6 +97,9 @@ class PartitionProgress:
     # records it lacks, so the partition resumes exactly at next_offset (see KafkaWriter in
     # relay.pipelines.kafka_target)
     hole: bool = False
+    # in a task's last report: (first source offset, records) of each run written and never
+    # acknowledged; the driver counts those it finds at the destination afterwards
+    unsure: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

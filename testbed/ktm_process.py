@@ -144,6 +144,20 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def spark_workers(pid: int) -> list[int]:
+    """The Python workers running Spark tasks below `pid` (ktm's process): the children of
+    PySpark's worker daemon (Linux /proc)."""
+    daemons = [p for p in descendants(pid) if b"pyspark.daemon" in _cmdline(p)]
+    return [child for daemon in daemons for child in descendants(daemon)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def live_session_members(sid: int) -> list[int]:
     """Processes of session ``sid`` that are not zombies (Linux /proc)."""
     members = []

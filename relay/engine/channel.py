@@ -57,6 +57,7 @@ def encode_progress(parts: Iterable[PartitionProgress]) -> list[list[Any]]:
             p.segments,
             None if p.waiting is None else [p.waiting[0], round(p.waiting[1], 1)],
             p.hole,
+            [list(run) for run in p.unsure],
         ]
         for p in parts
     ]
@@ -77,6 +78,7 @@ def decode_progress(rows: list[list[Any]]) -> tuple[PartitionProgress, ...]:
             segments=int(r[10]),
             waiting=None if r[11] is None else (str(r[11][0]), float(r[11][1])),
             hole=bool(r[12]),
+            unsure=tuple((int(first), int(count)) for first, count in r[13]),
         )
         for r in rows
     )

@@ -153,7 +153,8 @@ class Metrics:
         )
         self.rounds = Counter(
             "ktm_rounds",
-            "Rounds ended, by reason: end, stop, rebalance, failover, error, membership",
+            "Rounds ended, by reason: end, stop, rebalance, failover, error, membership, lost, "
+            "new partitions, cancelled (the Spark job cancelled), failed (the Spark job failed)",
             ("reason",),
             registry=r,
         )

@@ -232,6 +232,13 @@ class KafkaWriter:
             self.unacked_bytes -= done.size
         return self.pending[0].first if self.pending else processed_to
 
+    def unacknowledged(self) -> tuple[tuple[int, int], ...]:
+        """(first source offset, records) of each run written and not acknowledged: when the
+        task ends on a failure, some may have landed all the same (a frozen broker answers
+        after the delivery timeout); the driver counts those it then finds at the destination
+        (a batch lands whole or not at all)."""
+        return tuple((sent.first, sent.records) for sent in self.pending)
+
     def failure(self) -> DeliveryFailure | None:
         """Why the first unacknowledged run failed (None while it may still be acknowledged),
         naming the source records it held and whether a hole followed it."""

@@ -57,3 +57,6 @@ def test_fetch_sizes_shrink_to_a_fifth_of_a_second_of_the_limit():
     by_records = fetch.within(10_000, 0)  # records taken to be at least 64 bytes
     assert by_records.max_bytes == 10_000 * 0.2 * 64
     assert fetch.within(1, 1).max_bytes == 16 * 1024  # never below one useful fetch
+    # never waiting for more than it may bring (Tansu then waits far past max_wait)
+    assert fetch.within(1, 1).min_bytes == 16 * 1024
+    assert fetch.within(0, 1_000_000).min_bytes == fetch.min_bytes

@@ -43,6 +43,7 @@ class Round:
     stop_reason: str | None = None
     stop_asked_at: float | None = None
     cancelled: bool = False  # the Spark job was cancelled: once is enough
+    said_stalled: bool = False  # the line saying why it stalled was logged (once a round)
     # Final reports by task id, as they arrive over the channel (before the job ends).
     finished: dict[int, GroupResult] = field(default_factory=dict)
     heard: dict[int, float] = field(default_factory=dict)  # task id -> its last report
@@ -67,11 +68,15 @@ class Round:
                 if t not in self.finished and now - at > SILENT_AFTER
             ]
             waiting = len(self.groups) - len(self.heard)
-        if silent:
-            log.warning("round %d: task(s) %s went silent; re-planning", self.round_id, silent)
-        elif waiting and now - self.started > START_GRACE:
-            log.warning("round %d: %d task(s) found no slot; re-planning", self.round_id, waiting)
-        return bool(silent) or (waiting > 0 and now - self.started > START_GRACE)
+        stalled = bool(silent) or (waiting > 0 and now - self.started > START_GRACE)
+        if stalled and not self.said_stalled:
+            self.said_stalled = True
+            if silent:
+                log.warning("round %d: task(s) %s went silent; re-planning", self.round_id, silent)
+            else:
+                log.warning("round %d: %d task(s) found no slot; re-planning", self.round_id,
+                            waiting)  # fmt: skip
+        return stalled
 
     def finished_results(self) -> list[GroupResult]:
         with self._lock:

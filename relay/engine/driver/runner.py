@@ -253,6 +253,8 @@ class Runner:
         try:
             results = current.job.results()
         except RelayError as exc:  # the job itself failed (a lost worker): re-read and retry
+            self.status.record_round(time.monotonic() - current.started,
+                                     "cancelled" if current.cancelled else "failed")  # fmt: skip
             if self.stop_event.is_set():
                 log.info("stopping: the last round ended with Spark (%s)", exc)
                 return
@@ -421,8 +423,11 @@ class Runner:
         if not routes:
             return
         moved = 0
+        # a failed round's unacknowledged runs that landed were relayed by this process; a
+        # takeover's partitions may have been written by another one
+        ours = why != "taken over"
         for key, next_offset in sorted(self.pipeline.where(routes).items()):
-            if self.status.advance(key, next_offset):
+            if self.status.advance(key, next_offset, ours):
                 moved += 1
                 log.debug(
                     "resync topic=%s partition=%s next_offset=%s (%s)", *key, next_offset, why

@@ -108,6 +108,8 @@ class Status:
         self._held: dict[Attempt, float] = {}  # each task attempt's throttled seconds so far
         self._rows: dict[SourcePartition, PartitionRow] = {}
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
+        # runs a failed task wrote and never saw acknowledged (PartitionProgress.unsure)
+        self._unsure: dict[SourcePartition, tuple[tuple[int, int], ...]] = {}
         self._waited: set[tuple[tuple[str, str], str]] = set()
         # Metric children looked up once: counters by partition, gauges by their labels.
         self._counter_children: dict[SourcePartition, tuple[Any, Any, Any]] = {}
@@ -156,6 +158,8 @@ class Status:
                     continue
                 seen[part.key] = part
                 moved |= self._add(part, before, now)
+                if part.unsure:
+                    self._unsure[part.key] = part.unsure
         for seconds in latencies:
             self.metrics.latency.observe(max(0.0, seconds))
         if moved:
@@ -266,15 +270,22 @@ class Status:
         self.metrics.round_duration.observe(wall)
         self.metrics.rounds.labels(reason).inc()
 
-    def advance(self, key: SourcePartition, next_offset: int) -> bool:
+    def advance(self, key: SourcePartition, next_offset: int, ours: bool = False) -> bool:
         """Move a next offset forward (the destination holds more than was acknowledged: a
         resync after a failure, or a failover); never back, and never past a hole (the tail is
-        past records the destination lacks). True if it moved."""
+        past records the destination lacks). True if it moved. `ours`: this process wrote what
+        lies in between (no other process owned the partition meanwhile), so the runs its
+        failed tasks wrote unacknowledged and that landed count as relayed."""
         with self._lock:
             row = self._rows[key]
+            unsure = self._unsure.pop(key, ())
             if next_offset <= row.next_offset or row.pinned_at is not None:
                 return False
-            self._rows[key] = replace(row, next_offset=next_offset)
+            landed = sum(n for first, n in unsure if row.next_offset <= first < next_offset)
+            landed = landed if ours else 0
+            self._rows[key] = replace(row, next_offset=next_offset, relayed=row.relayed + landed)
+        if landed:
+            self._counters(row.route)[1].inc(landed)
         self._publish([key])
         return True
 

@@ -172,7 +172,9 @@ class PartitionState:
         self.hole = self.hole or bool(getattr(failure, "hole", False))
         return failure
 
-    def progress(self, reader: Any) -> PartitionProgress:
+    def progress(self, reader: Any, final: bool = False) -> PartitionProgress:
+        """The partition's totals; a `final` report also names the runs whose fate is unknown
+        (written, never acknowledged)."""
         try:
             highwater = reader.highwater(self.key) if reader is not None else None
         except Exception:  # noqa: BLE001 - a gauge, never worth failing for
@@ -192,4 +194,5 @@ class PartitionState:
             segments=writer.segments,
             waiting=waits(self.key) if waits is not None else None,
             hole=self.hole,
+            unsure=writer.unacknowledged() if final else (),
         )

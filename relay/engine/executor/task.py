@@ -55,7 +55,7 @@ def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) ->
     try:
         run = GroupRun(task, attempt, channel, sides(task))
         error = run.execute()
-        result = run.result(error, time.monotonic() - started)
+        result = run.result(error, time.monotonic() - started, final=True)
         channel.report(result, final=True)
         return result
     finally:
@@ -250,14 +250,14 @@ class GroupRun:
         self._reported.update((p.key, p) for p in changed)
         return dataclasses.replace(result, partitions=changed)
 
-    def result(self, error: TaskError | None, elapsed: float) -> GroupResult:
+    def result(self, error: TaskError | None, elapsed: float, final: bool = False) -> GroupResult:
         samples, self.latencies[:] = list(self.latencies), []
         take_trouble = getattr(self.reader, "take_trouble", None)  # the batch path's reader
         return GroupResult(
             round_id=self.task.round_id,
             task_id=self.task.task_id,
             attempt=self.attempt,
-            partitions=tuple(p.progress(self.reader) for p in self.parts.values()),
+            partitions=tuple(p.progress(self.reader, final) for p in self.parts.values()),
             error=error,
             elapsed=elapsed,
             worker_pid=os.getpid(),

@@ -176,6 +176,10 @@ class SegmentWriter:
     def flush_needed(self) -> bool:
         return False
 
+    def unacknowledged(self) -> tuple[tuple[int, int], ...]:
+        """A segment is written synchronously: nothing is ever in doubt."""
+        return ()
+
     def failure(self) -> TargetFailure | None:
         """A segment is written synchronously: its failure raises where it happens."""
         return None
