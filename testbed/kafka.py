@@ -439,6 +439,40 @@ class KafkaCluster:
     def admin(self, **config: Any) -> KafkaAdminClient:
         return KafkaAdminClient(bootstrap_servers=self.bootstrap, **config)
 
+    def create_topic(
+        self, name: str, partitions: int, *, led_by: int | None = None,
+        configs: Mapping[str, str] | None = None, timeout: float = 30.0,
+    ) -> str:  # fmt: skip
+        """A topic replicated on every node; with `led_by`, that node is every partition's
+        preferred leader (the first replica), so a fault of that node hits this topic alone
+        among topics led elsewhere. Waits until every partition has a leader."""
+        ids = [node.node_id for node in self.nodes]
+        spec: dict[str, Any] = {"configs": dict(configs or {})}
+        if led_by is None:
+            spec.update(num_partitions=partitions, replication_factor=len(ids))
+        else:
+            others = [i for i in ids if i != led_by]
+            spec["assignments"] = {
+                p: [led_by, *others[p % len(others) :], *others[: p % len(others)]]
+                for p in range(partitions)
+            }
+        admin = self.admin()
+        try:
+            admin.create_topics({name: spec})
+        finally:
+            admin.close()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                leaders = self.leaders(name)
+            except (KafkaError, ValueError):
+                leaders = {}
+            if len(leaders) == partitions and all(lead >= 0 for lead in leaders.values()):
+                return name
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name} has no leader for every partition on {self!r}")
+            time.sleep(0.1)
+
     def leaders(self, topic: str) -> dict[int, int]:
         """Partition -> the id of its leader (-1: none)."""
         admin = self.admin()

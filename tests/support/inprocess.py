@@ -119,5 +119,23 @@ class Background:
                     total += sample.value
         return total
 
+    def produced(self) -> float:
+        """Records acknowledged by the destination so far (ktm_messages_produced_total)."""
+        return sum(self._samples("ktm_messages_produced_total").values())
+
+    def rounds(self) -> dict[str, int]:
+        """Rounds ended so far, by reason (ktm_rounds_total)."""
+        found = self._samples("ktm_rounds_total", "reason")
+        return {reason: int(count) for reason, count in sorted(found.items())}
+
+    def _samples(self, name: str, label: str = "") -> dict[str, float]:
+        found: dict[str, float] = {}
+        for metric in self.metrics.registry.collect():
+            for sample in metric.samples:
+                if sample.name == name:
+                    key = sample.labels.get(label, "")
+                    found[key] = found.get(key, 0.0) + sample.value
+        return found
+
     def active(self, node: str) -> float | None:
         return self.metrics.registry.get_sample_value("ktm_active_node", {"node": node})

@@ -246,8 +246,9 @@ class Runner:
         engine, channel = self.backend.ready(self._slots_for(self.routes))
         self.sidecars.start(engine)
         current = self._submit_round(todo, engine, channel)
-        if current is None:
-            return  # the group rebalanced meanwhile: the caller re-reads the ownership
+        if current is None:  # the group rebalanced, or cannot vouch for this process now
+            self.stop_event.wait(TICK)
+            return  # the caller re-reads the ownership
         while not current.job.wait(TICK):
             self._watch(current)
         try:
@@ -270,6 +271,11 @@ class Runner:
             if self.membership is not None:
                 assignment = self.membership.current()
                 if assignment is None or assignment.generation != generation:
+                    return None
+                if not self.membership.may_write():
+                    # its tasks would get no lease and end at once: a round a tick, each a
+                    # Spark job (seen: 20 rounds in 3 s while a killed broker's group
+                    # coordinator moved)
                     return None
             groups = self._plan(todo, max(1, engine.slots - self.sidecars.slots))
             share = self.shares.of_task(len(groups))
