@@ -34,19 +34,24 @@ class Delivery:
             return future.exception
         return error_of(future)  # (base offset, log append time, errors by index)
 
-    def refused_index(self, count: int) -> int | None:
-        """The index in the batch of the first record the broker named as refused
-        (ProduceResponse v8+ `record_errors`), None when it named none. kafka-python keeps them
-        in the future's value as a function of the index: the batch's own error object for every
-        index when the broker named none, else a new error at each call, a plain KafkaError
-        for the records it did not name."""
+    def refused(self, count: int) -> tuple[int, BaseException] | None:
+        """The first record of the batch (of `count`) the broker named as refused, by its index,
+        with its error (ProduceResponse v8+ `record_errors`: Apache Kafka names every record it
+        refuses for a timestamp or a null key); None when it named none. kafka-python keeps
+        them in the future's value as a function of the index: the batch's own error object
+        for every index when the broker named none, else a new error at each call, a plain
+        KafkaError for the records it did not name (what `error()` then says)."""
         future = self._future
         if not (self._batch and future.is_done and future.exception is None):
             return None
         _, _, by_index = future.value
         if by_index is None or count < 1 or by_index(0) is by_index(0):
             return None  # one error object for every record: the broker named none
-        return next((i for i in range(count) if not _unnamed(by_index(i))), None)
+        for index in range(count):
+            error = by_index(index)
+            if not _unnamed(error):
+                return index, error
+        return None
 
     def acked(self) -> bool:
         return self.done and self.error() is None

@@ -265,8 +265,9 @@ class KafkaWriter:
         if error is None:
             return None
         hole = any(entry.delivery.acked() for entry in self.pending)
-        if isinstance(error, REFUSED):
-            return self._refused_record(sent, error, hole)
+        named = delivery.refused(sent.records)
+        if named is not None or isinstance(error, REFUSED):
+            return self._refused_record(sent, named or (None, error), hole)
         route = self.route
         where = f"destination {route.target_topic}[{route.target_partition}]"
         if isinstance(error, TOO_LARGE) and largest is not None:
@@ -289,17 +290,20 @@ class KafkaWriter:
         failure.__cause__ = error
         return failure
 
-    def _refused_record(self, sent: _Sent, error: BaseException, hole: bool) -> Refused:
+    def _refused_record(
+        self, sent: _Sent, named: tuple[int | None, BaseException], hole: bool
+    ) -> Refused:
         """The destination refused a batch for a record it will always refuse: the partition
-        halts at the first such record (named by the broker, else found by the destination
-        topic's rules), or at the batch's first record when neither says which."""
+        halts at the first such record (`named` by the broker: its index in the batch and its
+        error; else found by the destination topic's rules), or at the batch's first record
+        when neither says which."""
+        index, error = named
         content = sent.content
         if isinstance(content, DestBatch):
             records: list[Any] = sourced_records(content.payload)
-            named = sent.delivery.refused_index(len(records))
         else:  # records appended to a producer batch that may hold earlier ones: not indexed
-            records, named = content, None
-        found = first_refused(records, self.rules, int(time.time() * 1000), named)
+            records, index = content, None
+        found = first_refused(records, self.rules, int(time.time() * 1000), index)
         route = self.route
         source = f"{route.topic}[{route.partition}]"
         where = f"destination {route.target_topic}[{route.target_partition}]"
@@ -312,7 +316,10 @@ class KafkaWriter:
         what = f"{where} refuses record {source} offset {offset}: {why}"
         if hole:
             what += "; later records landed, so they will be relayed again after these"
-        failure = Refused(f"{what}: {type(error).__name__}: {error}", route.key, offset, hole)
+        said = (
+            str(error) if type(error).__name__ in str(error) else f"{type(error).__name__}: {error}"
+        )
+        failure = Refused(f"{what}: {said}", route.key, offset, hole)
         failure.__cause__ = error
         return failure
 
