@@ -309,7 +309,8 @@ class KafkaWriter:
         where = f"destination {route.target_topic}[{route.target_partition}]"
         if found is None:
             limits = self.rules.limits_text() if self.rules else "not described"
-            offset, last = sent.first, sent.first + sent.records - 1
+            offset = sent.first
+            last = content.last_offset if isinstance(content, DestBatch) else content[-1].offset
             why = f"the broker named no record of offsets {offset}-{last} (its limits: {limits})"
         else:
             offset, why = found.offset, found.reason or "the broker refused it"
