@@ -191,3 +191,35 @@ def test_without_stop_at_end_a_halted_partition_shows_and_the_others_go_on(
     )
     source, copied = read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst)
     assert_exact_copy({0: source[0][:5], 1: source[1]}, copied[0] + copied[1], src)
+
+
+def test_a_restore_halts_the_same_way(
+    source_broker: Any, target_broker: Any, spark: Any, tmp_path: Path
+) -> None:
+    """Restore writes to Kafka too: a stored record without a key, restored into a compacted
+    destination, halts its partition there; the rest is restored."""
+    from tests.support.inprocess import backup, restore
+
+    now = int(time.time() * 1000)
+    src = create_topic(source_broker.bootstrap, unique_topic("rs-src"), partitions=2)
+    dst = create_with_configs(
+        target_broker.bootstrap, unique_topic("rs-dst"), 2, {"cleanup.policy": "compact"}
+    )
+    keyed = [
+        Record(key=f"k{i}", value=f"v{i}", partition=i % 2, timestamp_ms=now) for i in range(16)
+    ]
+    nokey = Record(key=None, value="no key", partition=1, timestamp_ms=now)
+    produce(source_broker.bootstrap, src, keyed[:8] + [nokey] + keyed[8:])  # partition 1: offset 4
+    conf = write_config(
+        tmp_path / "config.toml", source=source_broker.bootstrap,
+        target=target_broker.bootstrap, topics={src: dst},
+        extra=f'\n[store]\nurl = "{tmp_path / "store"}"\n',
+    )  # fmt: skip
+    backup(conf)
+    summary, _ = restore(conf)
+
+    assert [(h["source_partition"], h["offset"]) for h in summary.halted] == [(1, 4)]
+    assert "cleanup.policy=compact" in str(summary.halted[0]["reason"])
+    source, copied = read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst)
+    assert [r.value for r in copied[0]] == [r.value for r in source[0]]
+    assert [r.value for r in copied[1]] == [r.value for r in source[1][:4]]
