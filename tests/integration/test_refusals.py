@@ -116,8 +116,12 @@ def test_a_refused_record_halts_its_partition_and_the_others_are_relayed(
     bsource = read_all(source_broker.bootstrap, bsrc)
     bcopied = read_all(target_broker.bootstrap, bdst)
     assert_exact_copy({0: bsource[0], 1: bsource[1][:7]}, bcopied[0] + bcopied[1], bsrc)
-    assert committed_offsets(source_broker.bootstrap, GROUP, src, 2) == {0: 10, 1: 20}
-    assert committed_offsets(source_broker.bootstrap, GROUP, bsrc, 2) == {0: 20, 1: 7}
+    # the halted partitions are committed up to the refused record; the others' commits are
+    # best effort (a commit after the last round may not have happened: the destination's
+    # provenance, checked above, is the truth), never past their end
+    assert committed_offsets(source_broker.bootstrap, GROUP, src, 2)[0] == 10
+    assert committed_offsets(source_broker.bootstrap, GROUP, bsrc, 2)[1] == 7
+    assert committed_offsets(source_broker.bootstrap, GROUP, src, 2)[1] in (None, 20)
 
     summary = json.loads(summary_path.read_text())
     halted = {(h["source_topic"], h["source_partition"]): h for h in summary["halted"]}
