@@ -108,6 +108,9 @@ class TaskError:
     message: str
     retriable: bool
     key: SourcePartition | None = None  # the partition it concerns, when known
+    # the destination refused the record at this source offset for good: the partition halts
+    # there (relay.refusals); `message` names the record and the destination's rule
+    halt_at: int | None = None
 
 
 @dataclass(frozen=True)

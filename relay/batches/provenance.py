@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from relay.batches.records import encode_header
+from relay.batches.format import split_batches
+from relay.batches.records import Decoded, decode_batch, encode_header
 
 PROVENANCE_HEADER = "ktm.src"  # the same name as relay.spec.PROVENANCE_HEADER
 
@@ -106,3 +107,16 @@ def last_provenance(headers: Iterable[tuple[str, bytes | None]]) -> Provenance |
         if name == PROVENANCE_HEADER:
             last = value
     return parse_provenance(last) if last is not None else None
+
+
+def sourced_records(payload: bytes | bytearray) -> list[Decoded]:
+    """The records of one destination batch this hop built (a whole batch as bytes), each
+    with the source offset its provenance names (the i-th record is the i-th offset listed),
+    or its offset inside the batch where the batch carries no provenance."""
+    batches, _ = split_batches(payload)
+    records = [r for batch in batches for r in decode_batch(batch)]
+    found = last_provenance(records[-1].headers) if records else None
+    if found is None or not found.batch or found.records != len(records):
+        return records
+    offsets = [o for first, last in found.runs for o in range(first, last + 1)]
+    return [r._replace(offset=o) for r, o in zip(records, offsets, strict=True)]

@@ -87,7 +87,7 @@ class Unsupported(Exception):
 
 
 @contextmanager
-def _supported(what: str) -> Iterator[None]:
+def supported(what: str) -> Iterator[None]:
     try:
         yield
     except (IncompatibleBrokerVersion, UnsupportedVersionError) as exc:
@@ -307,7 +307,7 @@ def topic_configs(
     resources = [ConfigResource("TOPIC", topic) for topic in sorted(set(topics))]
     if not resources:
         return {}
-    with admin_client(cluster, timeout) as client, _supported("DescribeConfigs"):
+    with admin_client(cluster, timeout) as client, supported("DescribeConfigs"):
         described = client.describe_configs(resources, config_filter="all")
     return {
         topic: {
@@ -322,7 +322,7 @@ def topic_configs(
 def broker_settings(cluster: ClusterConfig, names: Iterable[str], timeout: float) -> dict[str, str]:
     """Settings of one of the cluster's brokers (DescribeConfigs of the BROKER resource), as it
     describes them: {} where it describes nothing (Tansu)."""
-    with admin_client(cluster, timeout) as client, _supported("DescribeConfigs"):
+    with admin_client(cluster, timeout) as client, supported("DescribeConfigs"):
         brokers = client.describe_cluster()["brokers"]
         if not brokers:
             return {}
@@ -342,36 +342,9 @@ def _config_value(data: Any) -> str:
     return "" if value is None else str(value)
 
 
-def create_topics(
-    cluster: ClusterConfig,
-    topics: dict[str, int],
-    timeout: float,
-    replication_factor: int = -1,
-    configs: dict[str, dict[str, str]] | None = None,
-) -> None:
-    """Create topics with the given partition counts, replication factor (-1: the broker's
-    default) and configs, and wait until the cluster's metadata shows them."""
-    spec = {
-        name: {
-            "num_partitions": count,
-            "replication_factor": replication_factor,
-            "configs": dict((configs or {}).get(name, {})),
-        }
-        for name, count in topics.items()
-    }
-    with admin_client(cluster, timeout) as admin, _supported("CreateTopics"):
-        admin.create_topics(spec)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:  # metadata shows new topics a moment later
-        if set(topics) <= set(partition_counts(cluster, topics, timeout)):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"topics {', '.join(sorted(topics))} did not appear within {timeout:g}s")
-
-
 def grow_partitions(cluster: ClusterConfig, counts: dict[str, int], timeout: float) -> None:
     """Add partitions to topics, up to the given totals (Unsupported: no CreatePartitions)."""
-    with admin_client(cluster, timeout) as admin, _supported("CreatePartitions"):
+    with admin_client(cluster, timeout) as admin, supported("CreatePartitions"):
         admin.create_partitions(dict(counts))
 
 

@@ -34,12 +34,36 @@ class Delivery:
             return future.exception
         return error_of(future)  # (base offset, log append time, errors by index)
 
+    def refused(self, count: int) -> tuple[int, BaseException] | None:
+        """The first record of the batch (of `count`) the broker named as refused, by its index,
+        with its error (ProduceResponse v8+ `record_errors`: Apache Kafka names every record it
+        refuses for a timestamp or a null key); None when it named none. kafka-python keeps
+        them in the future's value as a function of the index: the batch's own error object
+        for every index when the broker named none, else a new error at each call, a plain
+        KafkaError for the records it did not name (what `error()` then says)."""
+        future = self._future
+        if not (self._batch and future.is_done and future.exception is None):
+            return None
+        _, _, by_index = future.value
+        if by_index is None or count < 1 or by_index(0) is by_index(0):
+            return None  # one error object for every record: the broker named none
+        for index in range(count):
+            error = by_index(index)
+            if not _unnamed(error):
+                return index, error
+        return None
+
     def acked(self) -> bool:
         return self.done and self.error() is None
 
     def on_ack(self, callback: Callable[[], None]) -> None:
         """Call `callback` (on the producer's I/O thread) once acknowledged; never on failure."""
         self._future.add_callback(lambda _: callback() if self.error() is None else None)
+
+
+def _unnamed(error: BaseException) -> bool:
+    """kafka-python's error for a record the broker did not name (part of a refused batch)."""
+    return type(error).__name__ == "KafkaError" and "part of a batch" in str(error)
 
 
 def error_of(future: Any) -> BaseException | None:

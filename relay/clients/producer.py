@@ -28,7 +28,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
-from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
+from kafka.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+)
 from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -50,6 +56,9 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024  # a broker takes up to socket.request.max.
 
 # What a broker answers for a record (or batch) larger than the topic's max.message.bytes
 TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
+# What a broker answers for a batch holding a record the destination topic refuses for good (a
+# timestamp out of its limits, a null key for a compacted topic): a retry is refused the same way
+REFUSED = (InvalidTimestampError, InvalidRecordError)
 
 # (timestamp ms, key, value, headers) of one record to produce
 Item = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from relay.errors import ConfigError, KtmError, StoppedWhileWaiting
+from relay.errors import ConfigError, KtmError, RelayError, StoppedWhileWaiting
 
 if TYPE_CHECKING:
     from relay.config import Config
@@ -131,7 +131,23 @@ def run_pipeline(
     log_summary(summary, runner.pipeline.kind)
     if opts.summary_json:
         write_summary(opts.summary_json, summary)
+    if summary.halted and not summary.stopped_by_signal:
+        raise RelayError(halted_line(summary.halted))
     return 0
+
+
+def halted_line(halted: list[dict[str, Any]]) -> str:
+    """The run's end with halted partitions: each named, with what to do."""
+    where = ", ".join(
+        f"{h['source_topic']}[{h['source_partition']}] at offset {h['offset']} "
+        f"(-> {h['target_topic']}[{h['target_partition']}])"
+        for h in halted
+    )  # Halt.where, from the summary
+    return (
+        f"{len(halted)} partition(s) halted, the destination refuses a record of each: {where}; "
+        "every other record was relayed. The log's 'halted source partition' line says which "
+        "destination config refuses it: change it, or drop the record with a filter, and run again"
+    )
 
 
 def log_summary(summary: RunSummary, kind: str) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 from relay.config.readers import (
     _SECRET_WORDS,
     COMPRESSIONS,
+    CONFIG_EXCLUDE,
     DISCOVER_STARTS,
     LOG_LEVELS,
-    MM2_CONFIG_EXCLUDE,
     ON_ERROR,
     ON_MISMATCH,
     SEGMENT_COMPRESSIONS,
@@ -230,10 +230,11 @@ class TargetConfig:
         default=-1, metadata=_reads(_int, minimum=-1, maximum=32767)
     )
     # Topic configs copied to a created topic: those set on the source topic, named in
-    # config_include ([] = all of them) and not in config_exclude (MirrorMaker 2's list).
+    # config_include ([] = all of them) and not in config_exclude (MirrorMaker 2's list and
+    # what a target refuses: relay.config.readers.CONFIG_EXCLUDE); "name*": names beginning so.
     config_include: tuple[str, ...] = field(default=(), metadata=_reads(_optional_names))
     config_exclude: tuple[str, ...] = field(
-        default=MM2_CONFIG_EXCLUDE, metadata=_reads(_optional_names)
+        default=CONFIG_EXCLUDE, metadata=_reads(_optional_names)
     )
 
 

@@ -37,6 +37,19 @@ MM2_CONFIG_EXCLUDE = (
     "unclean.leader.election.enable",
     "min.insync.replicas",
 )
+# [target].config_exclude's default: MirrorMaker 2's list, plus what a target refuses or must
+# decide itself: tiered storage (a target without it refuses remote.storage.enable), vendor keys
+# (Confluent's), and keys Kafka 4.0 removed (a 4.x target refuses them). A name ending in "*"
+# stands for every name it begins.
+CONFIG_EXCLUDE = (
+    *MM2_CONFIG_EXCLUDE,
+    "message.format.version",
+    "message.downconversion.enable",
+    "remote.storage.enable",
+    "remote.log.*",
+    "local.retention.*",
+    "confluent.*",
+)
 SEGMENT_FORMATS = ("parquet", "jsonl")
 SEGMENT_COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "none")
 

@@ -190,6 +190,14 @@ class Metrics:
             ("source_topic", "source_partition"),
             registry=r,
         )
+        self.halted = Gauge(
+            "ktm_partitions_halted",
+            "Source partitions not relayed any more because the destination refuses one of their "
+            "records for good (a timestamp out of its limits, a null key for a compacted topic); "
+            "1 per halted partition (per topic: how many)",
+            ("source_topic", "source_partition"),
+            registry=r,
+        )
         self.restore_waiting = Gauge(
             "ktm_restore_waiting_seconds",
             "restore --follow: seconds a partition has waited for a segment (reason empty: its "

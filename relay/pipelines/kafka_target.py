@@ -16,10 +16,12 @@ from typing import Any, NamedTuple
 from relay.batches import DestBatch, Origin, SourceBatch, codecs, rebuild
 from relay.batches.build import COPY_FRACTION, DEFAULT_BUDGET
 from relay.batches.encode import encode_records
-from relay.clients.producer import TOO_LARGE, Delivery, PartitionFailed, Producer
+from relay.batches.provenance import sourced_records
+from relay.clients.producer import REFUSED, TOO_LARGE, Delivery, PartitionFailed, Producer
 from relay.config import TargetConfig
 from relay.engine.executor import sides
-from relay.engine.executor.failures import DeliveryFailure, TargetFailure
+from relay.engine.executor.failures import DeliveryFailure, Refused, TargetFailure
+from relay.refusals import Rules, TopicRules, first_refused, rules_for
 from relay.resume import destination_next_offsets
 from relay.spec import PROVENANCE_HEADER, PartitionRoute, PartitionWork, provenance_prefix
 
@@ -44,13 +46,22 @@ class _Sent(NamedTuple):
     largest: tuple[int, int] | None
     written_at: float
     size: int  # bytes of keys, values and headers
+    # what was sent: looked into only when the destination refuses it for good, to name the
+    # first record it refuses (the batch is held by the producer until answered anyway)
+    content: DestBatch | list[Any]
 
 
 class KafkaTarget:
     """The writing side shared by relay and restore: one cached producer per target."""
 
-    def __init__(self, target: TargetConfig, partitions: tuple[PartitionWork, ...]):
+    def __init__(
+        self, target: TargetConfig, partitions: tuple[PartitionWork, ...], rules: Rules = ()
+    ):
         self.target, self.partitions = target, partitions
+        self.rules = rules  # what the destination topics refuse (relay.refusals)
+
+    def rules_of(self, work: PartitionWork) -> TopicRules | None:
+        return rules_for(self.rules, work.route.target_topic)
 
     def producer(self) -> Producer:
         return sides.producer(self.target)
@@ -125,8 +136,10 @@ class KafkaWriter:
         latencies: list[float],
         shape: tuple[int, int] = (codecs.NONE, DEFAULT_BUDGET),
         widest: int = WIDE_BATCH,  # the destination's largest batch (max.message.bytes)
+        rules: TopicRules | None = None,  # what the destination topic refuses for good
     ):
         self.producer, self.route, self.origin = producer, route, origin
+        self.rules = rules
         self.prefix = provenance_prefix(origin.cluster, origin.topic, origin.partition)
         self.codec, self.budget = shape  # of the destination batches the batch path builds
         self.wide = max(self.budget, min(WIDE_BATCH, widest))
@@ -165,7 +178,8 @@ class KafkaWriter:
             big = max(range(index, index + count), key=sizes.__getitem__)
             largest = (records[big].offset, sizes[big])
             size = sum(sizes[index : index + count])
-            self.pending.append(_Sent(records[index].offset, count, future, largest, now, size))
+            run = records[index : index + count]
+            self.pending.append(_Sent(run[0].offset, count, future, largest, now, size, run))
             self.unacked_bytes += size
             index += count
         self._sample_latency(segments[-1][1], records[-1].timestamp)
@@ -203,7 +217,9 @@ class KafkaWriter:
         now = time.monotonic()
         for built, delivery in zip(batches, deliveries, strict=True):
             # a batch refused as too large names the batch: its records are not looked at
-            sent = _Sent(built.first_offset, built.count, delivery, None, now, built.records_size)
+            sent = _Sent(
+                built.first_offset, built.count, delivery, None, now, built.records_size, built
+            )
             self.pending.append(sent)
             self.written_bytes += built.records_size
             self.unacked_bytes += built.records_size
@@ -244,7 +260,8 @@ class KafkaWriter:
         naming the source records it held and whether a hole followed it."""
         if not self.pending:
             return None
-        first, count, delivery, largest, written_at, _ = self.pending[0]
+        sent = self.pending[0]
+        first, count, delivery, largest, written_at = sent[:5]
         error = delivery.error()
         waited = time.monotonic() - written_at
         if error is None and not delivery.done and waited > self.producer.ack_deadline:
@@ -254,6 +271,10 @@ class KafkaWriter:
             error = TimeoutError(f"no acknowledgement within {waited:.0f}s")
         if error is None:
             return None
+        hole = any(entry.delivery.acked() for entry in self.pending)
+        named = delivery.refused(sent.records)
+        if named is not None or isinstance(error, REFUSED):
+            return self._refused_record(sent, named or (None, error), hole)
         route = self.route
         where = f"destination {route.target_topic}[{route.target_partition}]"
         if isinstance(error, TOO_LARGE) and largest is not None:
@@ -270,10 +291,43 @@ class KafkaWriter:
         else:
             last = first + count - 1
             what = f"{where} did not take {route.topic}[{route.partition}] offsets {first}-{last}"
-        hole = any(entry.delivery.acked() for entry in self.pending)
         if hole:
             what += "; later records landed, so they will be relayed again after these"
         failure = DeliveryFailure(f"{what}: {type(error).__name__}: {error}", route.key, hole)
+        failure.__cause__ = error
+        return failure
+
+    def _refused_record(
+        self, sent: _Sent, named: tuple[int | None, BaseException], hole: bool
+    ) -> Refused:
+        """The destination refused a batch for a record it will always refuse: the partition
+        halts at the first such record (`named` by the broker: its index in the batch and its
+        error; else found by the destination topic's rules), or at the batch's first record
+        when neither says which."""
+        index, error = named
+        content = sent.content
+        if isinstance(content, DestBatch):
+            records: list[Any] = sourced_records(content.payload)
+        else:  # records appended to a producer batch that may hold earlier ones: not indexed
+            records, index = content, None
+        found = first_refused(records, self.rules, int(time.time() * 1000), index)
+        route = self.route
+        source = f"{route.topic}[{route.partition}]"
+        where = f"destination {route.target_topic}[{route.target_partition}]"
+        if found is None:
+            limits = self.rules.limits_text() if self.rules else "not described"
+            offset = sent.first
+            last = content.last_offset if isinstance(content, DestBatch) else content[-1].offset
+            why = f"the broker named no record of offsets {offset}-{last} (its limits: {limits})"
+        else:
+            offset, why = found.offset, found.reason or "the broker refused it"
+        what = f"{where} refuses record {source} offset {offset}: {why}"
+        if hole:
+            what += "; later records landed, so they will be relayed again after these"
+        said = (
+            str(error) if type(error).__name__ in str(error) else f"{type(error).__name__}: {error}"
+        )
+        failure = Refused(f"{what}: {said}", route.key, offset, hole)
         failure.__cause__ = error
         return failure
 

@@ -305,3 +305,51 @@ def test_partitions_found_while_running_join_the_next_round_and_the_group():
     starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.works}
     assert starts[new.key] == 5 and len(starts) == 5
     assert sorted(run.membership.rejoined) == sorted([*KEYS, new.key])
+
+
+def test_a_refused_record_halts_its_partition_and_the_others_reach_their_end():
+    """The destination refuses t[1]'s record at offset 40 for good: the next round relays t[1]
+    up to 40 (the records before the refused one) and the run ends with it halted there."""
+    refused = TaskError("target", "destination t2[1] refuses record t[1] offset 40: ...",
+                        retriable=False, key=("t", 1), halt_at=40)  # fmt: skip
+
+    def respond(tasks: list[Spec]) -> list[GroupResult]:
+        if tasks[0].round_id == 1:  # t[1]'s batch of 30-49 was refused: 30 acknowledged
+            return [done(t, error=refused, upto=30) if holds(t, ("t", 1)) else done(t)
+                    for t in tasks]  # fmt: skip
+        return [done(t) for t in tasks]
+
+    run, engine = runner(respond, FakePipeline(STOPS))
+    run.prepare()
+    summary = run.run()  # no error: the halt is reported, not raised
+    assert len(engine.rounds) == 2
+    (again,) = [w for t in engine.rounds[1] for w in t.works if w.route.key == ("t", 1)]
+    assert (again.route.key, again.start, again.stop) == (("t", 1), 30, 40)
+    assert summary.next_offsets[("t", 1)] == 40
+    assert [(h["source_partition"], h["offset"]) for h in summary.halted] == [(1, 40)]
+    registry = run.metrics.registry
+    labels = {"source_topic": "t", "source_partition": "1"}
+    assert registry.get_sample_value("ktm_partitions_halted", labels) == 1
+    assert registry.get_sample_value("ktm_errors_total", {"kind": "refused"}) == 1
+    assert registry.get_sample_value("ktm_errors_total", {"kind": "target"}) is None
+
+
+def test_without_stop_at_end_a_halted_partition_is_never_planned_again():
+    refused = TaskError("target", "refused", retriable=False, key=("t", 0), halt_at=10)
+    stop = threading.Event()
+
+    def respond(tasks: list[Spec]) -> list[GroupResult]:
+        if tasks[0].round_id == 1:
+            return [done(t, error=refused, upto=10) if holds(t, ("t", 0)) else done(t, upto=50)
+                    for t in tasks]  # fmt: skip
+        stop.set()  # the second round is the last one this test needs
+        return [done(t, upto=60) for t in tasks]
+
+    run, engine = runner(respond, FakePipeline(None))
+    run.stop_event = stop
+    run.prepare()
+    run.run()
+    planned = [sorted(w.route.key for t in r for w in t.works) for r in engine.rounds]
+    assert planned == [KEYS, [("t", 1), ("t", 2), ("t", 3)]]  # t[0] reached its halt at 10
+    healthy, detail = run.status.health()
+    assert not healthy and "partition(s) halted: t[0] at offset 10 (-> t2[0])" in detail["reason"]

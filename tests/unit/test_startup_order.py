@@ -147,7 +147,7 @@ def test_batch_size_is_fitted_to_what_the_destination_topics_allow(
 ) -> None:
     monkeypatch.setattr(startup_module.admin, "topic_configs", lambda *a, **k: described)
     startup = Startup(config(), FakePool(), threading.Event(), Metrics())  # type: ignore[arg-type]
-    target = startup.fitted_target(["a", "b"])
+    target = startup.fit(["a", "b"]).target
     assert target.batch_size == expected
     assert target.cluster == config().need_target().cluster
     lowered = "[target].batch_size 262144 exceeds max.message.bytes 50000 of destination topic b"

@@ -100,6 +100,9 @@ class FakeDelivery:
     def acked(self) -> bool:
         return self._error is None
 
+    def refused(self, count: int) -> None:
+        return None  # the broker named no record
+
     def on_ack(self, callback: Any) -> None:
         if self._error is None:
             callback()

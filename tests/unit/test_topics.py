@@ -5,11 +5,13 @@ source's partitions and copied configs, grown, and what happens where a broker l
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import pytest
 
 from relay.clients.admin import Unsupported
+from relay.clients.topic_create import ConfigRefused
 from relay.config import (
     AppConfig,
     ClusterConfig,
@@ -20,8 +22,10 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
+from relay.config.readers import CONFIG_EXCLUDE
 from relay.engine.metrics import Metrics
-from relay.errors import KafkaSetupError
+from relay.errors import ConfigError, KafkaSetupError
+from relay.pipelines.relay import topic_configs as topic_configs_module
 from relay.pipelines.relay import topics as topics_module
 from relay.pipelines.relay.topics import Topics
 
@@ -29,13 +33,30 @@ SOURCE = ClusterConfig("src", ("s:1",))
 
 
 class FakeAdmin:
+    """The admin seam and relay.clients.topic_create: the target knows the config names in
+    `known` (empty: it does not say) and refuses the (name, value) pairs in `refuses`."""
+
     Unsupported = Unsupported
+    ConfigRefused = ConfigRefused
 
     def __init__(self, source: dict[str, int], target: dict[str, int], configs: dict | None = None,
-                 can_grow: bool = True):  # fmt: skip
+                 can_grow: bool = True, known: frozenset[str] = frozenset(),
+                 refuses: dict[str, str] | None = None):  # fmt: skip
         self.source, self.target, self.configs, self.can_grow = source, target, configs, can_grow
+        self.known, self.refuses = known, refuses or {}
         self.created: list[tuple[dict, int, dict]] = []
         self.grown: list[dict] = []
+        self.validated: list[dict] = []
+
+    def known_topic_configs(self, cluster: Any, probe: str, timeout: float) -> frozenset[str]:
+        assert probe.startswith("ktm-config-probe-")
+        return self.known
+
+    def refused_config(self, cluster: Any, topic: str, partitions: int, rf: int, configs: dict,
+                       timeout: float) -> str | None:  # fmt: skip
+        self.validated.append(configs)
+        bad = [n for n, v in configs.items() if self.refuses.get(n) == v]
+        return "InvalidConfigurationError: out of range" if bad else None
 
     def all_partition_counts(self, cluster: Any, timeout: float) -> dict[str, int]:
         return dict(self.source if cluster is SOURCE else self.target)
@@ -50,6 +71,9 @@ class FakeAdmin:
         return {t: self.configs.get(t, {}) for t in topics}
 
     def create_topics(self, cluster: Any, topics: dict, timeout: float, rf: int, configs: dict):
+        for topic, copied in configs.items():
+            if any(self.refuses.get(n) == v for n, v in copied.items()):
+                raise ConfigRefused(topic, "InvalidConfigurationError: Configuration is invalid.")
         self.created.append((topics, rf, configs))
         self.target.update(topics)
 
@@ -63,7 +87,10 @@ class FakeAdmin:
 def manager(monkeypatch: pytest.MonkeyPatch, fake: FakeAdmin, named: tuple = (),
             create: bool = True, **discover: Any) -> Topics:  # fmt: skip
     monkeypatch.setattr(topics_module, "admin", fake)
-    cluster, exclude = ClusterConfig("target", ("t:1",)), ("min.insync.replicas",)
+    monkeypatch.setattr(topics_module, "topic_create", fake)
+    monkeypatch.setattr(topic_configs_module, "topic_create", fake)
+    cluster = ClusterConfig("target", ("t:1",))
+    exclude = discover.pop("exclude", ("min.insync.replicas",))
     target = TargetConfig(cluster, create_topics=create, replication_factor=3,
                           config_exclude=exclude)  # fmt: skip
     cfg = Config(
@@ -177,3 +204,70 @@ def test_topics_another_process_created_first_are_taken_one_by_one(monkeypatch):
     plan = manager(monkeypatch, fake, include=(".*",)).resolve()
     assert [set(topics) for topics, _, _ in fake.created] == [{"a", "c"}, {"a"}, {"c"}]
     assert sorted(r.target for r in plan.routes) == ["a", "b", "c"]
+
+
+def test_the_default_exclusions_leave_out_what_a_target_refuses_or_decides(monkeypatch):
+    copied = {
+        "retention.ms": "60000",  # data: copied
+        "cleanup.policy": "compact,delete",
+        "min.insync.replicas": "2",  # MirrorMaker 2's list
+        "message.timestamp.type": "LogAppendTime",
+        "remote.storage.enable": "true",  # tiered storage: the target decides
+        "remote.log.copy.disable": "false",
+        "local.retention.ms": "1000",
+        "confluent.placement.constraints": "{}",  # a vendor's
+        "message.format.version": "2.8",  # removed in Kafka 4.0
+        "message.downconversion.enable": "false",
+    }
+    fake = FakeAdmin({"orders": 1}, {}, {"orders": copied})
+    manager(monkeypatch, fake, include=("orders",), exclude=CONFIG_EXCLUDE).resolve()
+    assert fake.created[0][2] == {
+        "orders": {"retention.ms": "60000", "cleanup.policy": "compact,delete"}
+    }
+
+
+def test_a_key_the_target_does_not_know_is_left_out_with_a_debug_line(monkeypatch, caplog):
+    copied = {"retention.ms": "60000", "message.format.version": "2.8", "x.vendor": "1"}
+    known = frozenset({"retention.ms", "cleanup.policy", "segment.bytes"})
+    fake = FakeAdmin({"orders": 1}, {}, {"orders": copied}, known=known)
+    with caplog.at_level(logging.DEBUG, logger="relay.pipelines.relay.topic_configs"):
+        manager(monkeypatch, fake, include=("orders",), exclude=()).resolve()
+    assert fake.created[0][2] == {"orders": {"retention.ms": "60000"}}
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("message.format.version=2.8 of source topic orders" in line for line in lines)
+    assert any("x.vendor=1" in line and "does not know" in line for line in lines)
+
+
+def test_a_config_the_target_refuses_names_the_topic_key_value_and_the_way_out(monkeypatch):
+    copied = {"retention.ms": "60000", "segment.bytes": "524288"}
+    fake = FakeAdmin({"orders": 2}, {}, {"orders": copied}, refuses={"segment.bytes": "524288"})
+    with pytest.raises(ConfigError) as caught:
+        manager(monkeypatch, fake, include=("orders",)).resolve()
+    line = str(caught.value)
+    assert "destination topic 'orders' refuses config segment.bytes = 524288" in line
+    assert '[target].config_exclude (add "segment.bytes")' in line
+    assert caught.value.exit_code == 2
+    assert fake.created == []
+    # the broker's answer did not name the key: each config was validated alone, in order
+    assert fake.validated == [{"retention.ms": "60000"}, {"segment.bytes": "524288"}]
+
+
+def test_a_refusal_naming_the_key_needs_no_validation(monkeypatch):
+    copied = {"retention.ms": "60000", "segment.bytes": "524288"}
+    fake = FakeAdmin({"orders": 2}, {}, {"orders": copied})
+
+    def refuse(cluster: Any, topics: dict, *args: Any) -> None:
+        why = "Invalid value 524288 for configuration segment.bytes: Value must be at least 1048576"
+        raise ConfigRefused("orders", f"InvalidConfigurationError: {why}")
+
+    fake.create_topics = refuse
+    with pytest.raises(ConfigError, match="refuses config segment.bytes = 524288"):
+        manager(monkeypatch, fake, include=("orders",)).resolve()
+    assert fake.validated == []
+
+
+def test_a_name_ending_in_a_star_stands_for_every_name_it_begins():
+    pattern = topic_configs_module.config_pattern
+    assert re.fullmatch(pattern("confluent.*"), "confluent.tier.enable")
+    assert not re.fullmatch(pattern("confluent.*"), "confluentx")
+    assert not re.fullmatch(pattern("retention.ms"), "retentionxms")  # a name, not a regex

@@ -77,10 +77,12 @@ def render(snap: Snapshot, title: str = "relay") -> Group:
             Text(f"{done:,} / {total:,} records to the end offsets, ETA {_fmt_eta(eta(snap))}")
         )
     parts += [Text(line, style="yellow") for line in snap.trouble]
+    parts += [Text(f"halted: {halt.where}", style="red") for halt in snap.halted]
     return Group(*parts)
 
 
 def _rows(snap: Snapshot) -> list[tuple[str, ...]]:
+    halted = {halt.route.key: halt.offset for halt in snap.halted}
     if len(snap.rows) <= MAX_ROWS:
         return [
             (
@@ -90,7 +92,7 @@ def _rows(snap: Snapshot) -> list[tuple[str, ...]]:
                 f"{row.relayed:,}",
                 f"{row.filtered:,}",
                 f"{row.rate:,.0f}" if row.owned else "-",
-                _lag_cell(row),
+                f"halted at {halted[row.route.key]}" if row.route.key in halted else _lag_cell(row),
             )
             for row in snap.rows
         ]
@@ -136,7 +138,10 @@ def plain_line(snap: Snapshot) -> str:
     waiting = sum(1 for row in snap.owned if row.waiting is not None)
     if waiting:
         line += f" waiting_for_segments={waiting}"
-    return "; ".join([line, *snap.trouble])
+    if snap.halted:
+        line += f" halted={len(snap.halted)}"
+    halts = [f"halted: {halt.where}" for halt in snap.halted]
+    return "; ".join([line, *snap.trouble, *halts])
 
 
 class Progress:

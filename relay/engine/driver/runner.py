@@ -207,9 +207,11 @@ class Runner:
             self._resources.close()
 
     def _pending(self) -> list[PartitionRoute]:
-        if not self.stop_at_end:
-            return list(self.routes)
+        """The partitions with records left to relay (a halted one: those before its halt)."""
         done = self.status.next_offsets()
+        if not self.stop_at_end:
+            halted = self.status.halts.offsets()
+            return [r for r in self.routes if done[r.key] < halted.get(r.key, done[r.key] + 1)]
         return [r for r in self.routes if done[r.key] < self.stop_offsets[r.key]]
 
     def _done(self) -> bool:
@@ -315,8 +317,27 @@ class Runner:
         outcome = settle(current, results, self.status)
         self._source_trouble = outcome.source_trouble
         self._unsure = self._unsure or outcome.lost_lease
-        if outcome.failures:
-            raise_for(outcome.failures, self.metrics)
+        failures = self._halt(outcome.failures)
+        if failures:
+            raise_for(failures, self.metrics)
+
+    def _halt(self, failures: list[GroupResult]) -> list[GroupResult]:
+        """A partition whose record the destination refuses for good halts there: its stop
+        offset becomes that record's, so the next rounds relay what lies before it and nothing
+        after. Returns the other failures."""
+        by_key = {r.key: r for r in self.routes}
+        rest = []
+        for result in failures:
+            error = result.error
+            if error is None or error.halt_at is None or error.key not in by_key:
+                rest.append(result)
+                continue
+            self.metrics.errors.labels("refused").inc()
+            self.status.halts.add(by_key[error.key], error.halt_at, error.message)
+            stop = self.stop_offsets.get(error.key, error.halt_at)
+            self.stop_offsets[error.key] = min(stop, error.halt_at)
+            self._unsure = True  # its task's producer was dropped: where things stand is re-read
+        return rest
 
     def _plan(self, todo: list[PartitionRoute], slots: int) -> Groups:
         rows = self.status.rows()

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from relay.clients import admin
 from relay.clients.kept import keep_clients
@@ -23,6 +23,7 @@ from relay.engine.driver.retry import policy_for, retrying
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Plan
 from relay.errors import KafkaSetupError, KtmError
+from relay.refusals import Rules, rules_of
 from relay.resume import (
     ResumePoint,
     SourceOffsets,
@@ -35,6 +36,11 @@ from relay.spec import PartitionRoute, SourcePartition
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class Fitted(NamedTuple):
+    target: TargetConfig  # [target] with batch_size fitted to the destination topics
+    rules: Rules  # what each destination topic refuses for good
 
 
 class Startup:
@@ -110,17 +116,26 @@ class Startup:
         offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
         return resume_points(routes, offsets, at_destination, committed), offsets
 
-    def fitted_target(self, topics: Iterable[str]) -> TargetConfig:
-        """[target] as the tasks use it: `batch_size` lowered to the smallest max.message.bytes
-        the destination topics allow, with a warning. A broker refuses a bigger batch, and
-        kafka-python would split it again and again. Brokers that describe no configs (Tansu)
-        leave it as configured; a single record over the limit still fails, naming itself."""
+    def fit(self, topics: Iterable[str]) -> Fitted:
+        """[target] as the tasks use it, and what the destination topics refuse for good
+        (relay.refusals), from one DescribeConfigs of the destination topics. Brokers that
+        describe no configs (Tansu) leave both as they are: a record refused then halts its
+        partition at the first record of the refused batch."""
         target = self.cfg.need_target()
         try:
             configs = admin.topic_configs(target.cluster, topics, self.timeout)
         except Exception as exc:  # noqa: BLE001 - a check, not a requirement
             log.info("target does not describe topic configs (%s): batch_size not checked", exc)
-            return target
+            return Fitted(target, ())
+        rules = tuple(rules_of(topic, found) for topic, found in sorted(configs.items()) if found)
+        return Fitted(self._fitted_target(target, configs), rules)
+
+    def _fitted_target(
+        self, target: TargetConfig, configs: Mapping[str, Mapping[str, str]]
+    ) -> TargetConfig:
+        """`batch_size` lowered to the smallest max.message.bytes the destination topics
+        allow, with a warning. A broker refuses a bigger batch, and kafka-python would split it
+        again and again; a single record over the limit still fails, naming itself."""
         limits = {
             topic: int(found["max.message.bytes"])
             for topic, found in configs.items()

@@ -18,6 +18,7 @@ from typing import Any
 
 from relay.engine.driver.failover import NodeView
 from relay.engine.driver.fetch_trouble import FetchTroubles
+from relay.engine.driver.halts import Halt, Halts
 from relay.engine.metrics import ALL_PARTITIONS, Metrics, partition_label, per_topic
 from relay.spec import FetchTrouble, PartitionProgress, PartitionRoute, SourcePartition
 
@@ -64,6 +65,7 @@ class Snapshot:
     stop_at_end: bool
     members: int = 1  # ktm processes in the group
     trouble: tuple[str, ...] = ()  # source brokers the tasks cannot fetch from, one line each
+    halted: tuple[Halt, ...] = ()  # partitions the destination refuses a record of
 
     @property
     def owned(self) -> tuple[PartitionRow, ...]:
@@ -105,6 +107,7 @@ class Status:
         # restore --follow, before its partitions are known: topics waiting for a first segment
         self.waiting_topics: tuple[str, ...] = ()
         self.fetches = FetchTroubles(metrics, clock)
+        self.halts = Halts(metrics)
         self._held: dict[Attempt, float] = {}  # each task attempt's throttled seconds so far
         self._rows: dict[SourcePartition, PartitionRow] = {}
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
@@ -377,6 +380,7 @@ class Status:
             stop_at_end=self.stop_at_end,
             members=members,
             trouble=tuple(self.fetches.lines()),
+            halted=self.halts.all(),
         )
 
     def health(self) -> tuple[bool, dict[str, object]]:
@@ -400,6 +404,10 @@ class Status:
             detail["waiting"] = waiting
         if snap.trouble:
             detail["source_trouble"] = list(snap.trouble)
+        if snap.halted:  # needs the operator: the destination refuses a record of each
+            detail["halted"] = [halt.as_dict() for halt in snap.halted]
+            where = ", ".join(halt.where for halt in snap.halted)
+            return False, {**detail, "reason": f"partition(s) halted: {where}"}
         if self.nodes and not any(view.up for view in self.nodes):
             down = ", ".join(f"{v.name}: {v.error}" for v in self.nodes)
             return False, {**detail, "reason": f"no source node reachable ({down})"}

@@ -23,6 +23,8 @@ class RunSummary:
     rebalances: int = 0
     stopped_by_signal: bool = False
     next_offsets: dict[SourcePartition, int] = field(default_factory=dict)
+    # partitions halted because the destination refuses one of their records (Halt.as_dict)
+    halted: list[dict[str, object]] = field(default_factory=list)
 
 
 def summarize(
@@ -42,6 +44,7 @@ def summarize(
     s.relayed, s.filtered, s.rounds = snap.relayed, snap.filtered, status.rounds
     s.spark_start, s.slots = backend.start_seconds, backend.engine_slots()
     s.rebalances = rebalances
+    s.halted = [halt.as_dict() for halt in snap.halted]
     if status.first_ack_at is not None:
         s.first_record = status.first_ack_at - begun
         metrics.first_record.set(s.first_record)

@@ -24,3 +24,13 @@ class TargetFailure(Exception):
 
 class DeliveryFailure(TargetFailure):
     """The destination refused or never acknowledged records; the message names them."""
+
+
+class Refused(DeliveryFailure):
+    """The destination refused a record for good (a retry is refused the same way): its
+    partition halts at `halt_at`, the source offset of the first refused record; the records
+    before it are relayed (see relay.refusals)."""
+
+    def __init__(self, message: str, key: Any, halt_at: int, hole: bool = False):
+        super().__init__(message, key, hole)
+        self.halt_at = halt_at

@@ -26,7 +26,12 @@ from typing import Any
 from relay.batches import SourceBatch
 from relay.clients.settings import is_retriable
 from relay.engine.channel import ChannelClient
-from relay.engine.executor.failures import DeliveryFailure, SourceFailure, TargetFailure
+from relay.engine.executor.failures import (
+    DeliveryFailure,
+    Refused,
+    SourceFailure,
+    TargetFailure,
+)
 from relay.engine.executor.partition import PartitionState
 from relay.engine.executor.sides import Sides
 from relay.engine.executor.throttle import Throttle
@@ -285,6 +290,8 @@ def _volume(batch: dict[Any, list[Any]]) -> tuple[int, int]:
 def _error(exc: BaseException, cause: BaseException | None = None) -> TaskError:
     """What went wrong, for the driver: which side, whether a retry can help, where."""
     key = getattr(exc, "key", None)
+    if isinstance(exc, Refused):  # the partition halts; its message names the record
+        return TaskError("target", str(exc), False, key, exc.halt_at)
     if isinstance(exc, DeliveryFailure):  # its message names the records already
         return TaskError("target", str(exc), is_retriable(exc.__cause__ or exc), key)
     if isinstance(exc, SourceFailure):

@@ -23,6 +23,7 @@ from relay.pipelines.relay.group_sync import GroupResult, GroupSync
 from relay.pipelines.relay.spec import RelayTask
 from relay.pipelines.relay.topics import TopicPlan, Topics
 from relay.pipelines.sources import FromSources
+from relay.refusals import Rules
 from relay.resume import Delivered, delivered, destination_next_offsets
 from relay.spec import PartitionRoute, SourcePartition
 
@@ -42,6 +43,7 @@ class RelayPipeline(FromSources):
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
         self.target = cfg.need_target()  # with batch_size fitted to the destination at plan
+        self.rules: Rules = ()  # what the destination topics refuse for good, read at plan
         self.metrics, self.dry_run = metrics, dry_run
         self.status: Status | None = None  # the runner's (Pipeline.bind)
         self.topics = Topics(cfg, lambda: self.pool.active, self.startup.call, metrics,
@@ -78,7 +80,7 @@ class RelayPipeline(FromSources):
         before `on_routes` starts Spark: the workers' warm-up opens its producer."""
 
         def known(routes: list[PartitionRoute]) -> None:
-            self.target = self.startup.fitted_target({r.target_topic for r in routes})
+            self.target, self.rules = self.startup.fit({r.target_topic for r in routes})
             if on_routes is not None:
                 on_routes(routes)
 
@@ -113,7 +115,8 @@ class RelayPipeline(FromSources):
         pass
 
     def spec(self, **common: Any) -> RelayTask:
-        return RelayTask(**common, **self.source_fields(common["rates"]), target=self.target)
+        return RelayTask(**common, **self.source_fields(common["rates"]), target=self.target,
+                         rules=self.rules)  # fmt: skip
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         return delivered(self.cfg.need_target().cluster, self.routes, self.timeout)

@@ -17,7 +17,7 @@ class RelaySides(KafkaTarget):
     uses: then records are read, filtered and written one by one (the record path)."""
 
     def __init__(self, task: RelayTask):
-        super().__init__(task.target, task.partitions)
+        super().__init__(task.target, task.partitions, task.rules)
         self.task = task
 
     def reader(self) -> GroupReader:
@@ -29,7 +29,7 @@ class RelaySides(KafkaTarget):
         target = self.target
         shape = (codecs.BY_NAME[target.compression], target.batch_size)
         return KafkaWriter(self.producer(), work.route, origin, latencies, shape,
-                           target.max_batch_bytes)  # fmt: skip
+                           target.max_batch_bytes, self.rules_of(work))  # fmt: skip
 
     def warm(self) -> None:
         """The producer and the source reader open side by side (the reader of record batches:

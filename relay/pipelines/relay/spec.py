@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from relay.config import ClusterConfig, FetchConfig, TargetConfig
+from relay.refusals import Rules
 from relay.spec import TaskSpec
 
 
@@ -16,3 +17,4 @@ class RelayTask(TaskSpec):
     target: TargetConfig
     group_id: str  # the source consumer group offsets are committed to
     fetch: FetchConfig = FetchConfig()
+    rules: Rules = ()  # what the destination topics refuse for good (relay.refusals)

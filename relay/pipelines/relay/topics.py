@@ -14,18 +14,18 @@ CreatePartitions is missing) get one log line and ktm goes on with what works.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from relay.clients import admin
+from relay.clients import admin, topic_create
 from relay.clients.settings import describe
 from relay.config import ClusterConfig, Config, TopicRoute
 from relay.engine.driver.plan import plan_routes
 from relay.engine.metrics import Metrics
 from relay.errors import KafkaSetupError
-from relay.selection import matches, select_routes
+from relay.pipelines.relay.topic_configs import ConfigCopy
+from relay.selection import select_routes
 from relay.spec import PartitionRoute
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class Topics:
         self._source, self._call = source, call
         self._counts = source_counts or (lambda t: admin.all_partition_counts(source(), t))
         self._said: set[str] = set()  # log lines already written once
+        self._copy = ConfigCopy(self.target, timeout)
 
     def resolve(self, dry_run: bool = False) -> TopicPlan:
         """The routes and what their destinations need; with `dry_run`, nothing is created."""
@@ -144,12 +145,7 @@ class Topics:
             self._once("no-configs", "source describes no config set on its topics (Tansu "
                        "answers DescribeConfigs with nothing): created topics get the target's "
                        "defaults")  # fmt: skip
-        include = [_literal(n) for n in self.target.config_include] or [".*"]
-        exclude = [_literal(n) for n in self.target.config_exclude]
-        return {
-            topic: {n: v for n, v in configs.items() if matches(include, exclude, n)}
-            for topic, configs in found.items()
-        }
+        return {topic: self._copy.select(topic, configs) for topic, configs in found.items()}
 
     def _create(self, creations: tuple[Creation, ...]) -> None:
         """All in one request; if another ktm process was first for some, one by one."""
@@ -182,13 +178,16 @@ class Topics:
 
     def _creator(self, creations: tuple[Creation, ...]) -> Callable[[], None]:
         def create() -> None:
-            admin.create_topics(
-                self.target.cluster,
-                {c.topic: c.partitions for c in creations},
-                self.timeout,
-                self.target.replication_factor,
-                {c.topic: dict(c.configs) for c in creations},
-            )
+            configs = {c.topic: dict(c.configs) for c in creations}
+            counts = {c.topic: c.partitions for c in creations}
+            try:
+                topic_create.create_topics(
+                    self.target.cluster, counts, self.timeout, self.target.replication_factor,
+                    configs,
+                )  # fmt: skip
+            except topic_create.ConfigRefused as exc:
+                topic = exc.topic
+                raise self._copy.refused(exc, counts[topic], configs[topic]) from exc
 
         return create
 
@@ -232,8 +231,3 @@ def needed_partitions(
         count = source_counts[route.source] if route.partition is None else route.partition + 1
         wanted[route.target] = max(wanted.get(route.target, 0), count)
     return wanted
-
-
-def _literal(name: str) -> str:
-    """config_include and config_exclude hold config names, not patterns."""
-    return re.escape(name)

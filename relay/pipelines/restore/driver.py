@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relay.clients import admin
+from relay.clients import admin, topic_create
 from relay.clients.settings import describe
 from relay.config import Config
 from relay.engine.driver.plan import plan_routes
@@ -24,6 +24,7 @@ from relay.engine.pipeline import Pipeline, Plan
 from relay.errors import KafkaSetupError, StoppedWhileWaiting
 from relay.pipelines.restore.executor import RestoreSides
 from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT, RestoreTask
+from relay.refusals import Rules
 from relay.resume import destination_next_offsets
 from relay.spec import PartitionRoute, SourcePartition
 from relay.store import ChainLink, plan_chain
@@ -51,6 +52,7 @@ class RestorePipeline(Pipeline):
         self.store_cfg = cfg.need_store()
         self.store = store_of(self.store_cfg)
         self.target = cfg.need_target()
+        self.rules: Rules = ()  # what the destination topics refuse for good, read at plan
         self.startup = Startup(cfg, _NoPool(), stop_event, metrics)  # type: ignore[arg-type]
         self.timeout = self.startup.timeout
         self.coordinator = self.target.cluster
@@ -75,7 +77,7 @@ class RestorePipeline(Pipeline):
         if self.options.create_topics:
             counts = self._create_missing(stored, counts)
         self.routes = plan_routes(self.cfg.topics, stored, counts, where, describe(target))
-        self.target = self.startup.fitted_target({r.target_topic for r in self.routes})
+        self.target, self.rules = self.startup.fit({r.target_topic for r in self.routes})
         if on_routes is not None:
             on_routes(self.routes)
         at_destination = self.startup.call("target", lambda: self.where(self.routes))
@@ -146,7 +148,7 @@ class RestorePipeline(Pipeline):
         """--create-topics: the missing destination topics, with the stored partition count."""
         missing = {r.target: stored[r.source] for r in self.cfg.topics if r.target not in counts}
         if missing:
-            admin.create_topics(self.target.cluster, missing, self.timeout)
+            topic_create.create_topics(self.target.cluster, missing, self.timeout)
             for topic, partitions in sorted(missing.items()):
                 log.info("created topic %s with %d partitions on the target", topic, partitions)
         return {**counts, **missing}
@@ -174,7 +176,8 @@ class RestorePipeline(Pipeline):
     def spec(self, **common: Any) -> RestoreTask:
         o = self.options
         return RestoreTask(**common, store=self.store_cfg, target=self.target, follow=o.follow,
-                           from_time=o.from_time, until_time=o.until_time)  # fmt: skip
+                           from_time=o.from_time, until_time=o.until_time,
+                           rules=self.rules)  # fmt: skip
 
 
 def _known(ends: dict[SourcePartition, int]) -> dict[SourcePartition, int]:

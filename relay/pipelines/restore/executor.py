@@ -13,7 +13,7 @@ from relay.store.configured import cached_store
 
 class RestoreSides(KafkaTarget):
     def __init__(self, task: RestoreTask):
-        super().__init__(task.target, task.partitions)
+        super().__init__(task.target, task.partitions, task.rules)
         self.task = task
 
     def reader(self) -> StoreReader:
@@ -25,4 +25,5 @@ class RestoreSides(KafkaTarget):
         # stored cluster: a relay into the same topic later resumes after the last one.
         origin = Origin(self.task.store.cluster, work.route.topic, work.route.partition)
         shape = (codecs.BY_NAME[self.target.compression], self.target.batch_size)
-        return KafkaWriter(self.producer(), work.route, origin, latencies, shape)
+        return KafkaWriter(self.producer(), work.route, origin, latencies, shape,
+                           rules=self.rules_of(work))  # fmt: skip

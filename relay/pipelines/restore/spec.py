@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from relay.config import StoreConfig, TargetConfig
+from relay.refusals import Rules
 from relay.spec import TaskSpec
 
 # A restore start for a partition whose store held no segment when the run was planned and
@@ -21,3 +22,4 @@ class RestoreTask(TaskSpec):
     follow: bool = False  # keep restoring segments as they land
     from_time: int | None = None  # milliseconds since the epoch, inclusive
     until_time: int | None = None  # exclusive
+    rules: Rules = ()  # what the destination topics refuse for good (relay.refusals)
