@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from kafka import TopicPartition
 
 from relay.batches import Origin
 from relay.clients.producer import Delivery, Producer
@@ -148,15 +149,15 @@ def test_a_batch_expired_unsent_stops_its_partition_so_no_hole_can_form(target_b
     route, other_route = PartitionRoute("src", 3, topic, 0), PartitionRoute("src", 4, topic, 1)
     writer = KafkaWriter(producer, route, Origin("c", "src", 3), [], shape)
     other = KafkaWriter(producer, other_route, Origin("c", "src", 4), [], shape)
+    acc, tp = producer._producer._accumulator, TopicPartition(topic, 0)
     try:
+        # Held back from sending (as when its broker cannot be reached) from the start: full
+        # batches are sent at once otherwise (Apache Kafka's producer metadata comes quickly)
+        acc.muted.add(tp)
         writer.write([Offset(o) for o in range(100, 120)])  # several batches
         assert len(writer.pending) > 1
-        acc = producer._producer._accumulator
-        tp = writer.pending[0][2]._future.topic_partition
         with acc._tp_lock(tp):
-            # Held back from sending (as when its broker cannot be reached) until it is older
-            # than the delivery timeout: kafka-python expires it unsent.
-            acc.muted.add(tp)
+            # ... until it is older than the delivery timeout: kafka-python expires it unsent
             acc._batches[tp][0].created -= 3600
         producer._producer._sender.wakeup()
         ended([entry[2] for entry in writer.pending], 20)  # the queued ones fail with it
