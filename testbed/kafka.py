@@ -19,6 +19,7 @@ the code under test.
 from __future__ import annotations
 
 import base64
+import ctypes
 import fcntl
 import os
 import shutil
@@ -137,6 +138,15 @@ def _resolve(version: str, home: Path, lib: Path) -> None:
         raise KafkaUnavailable(f"Maven could not resolve Apache Kafka {version}:\n{tail}")
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the process that started it ends (a test run
+    interrupted mid-way leaves no broker behind). Linux's PR_SET_PDEATHSIG; elsewhere nothing."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
@@ -228,7 +238,7 @@ class KafkaNode:
             self._proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(config), heap=JVM_HEAP),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_die_with_parent,
             )  # fmt: skip
         self.frozen = False
 
