@@ -1,6 +1,7 @@
-"""Faults only a real cluster has, on three Apache Kafka brokers (replication factor 3): a
-source broker killed with -9 and restarted while its partitions are relayed from the new leaders,
-and a broker of each side frozen past the request timeouts. Each copy ends proven exact by
+"""A stock three-broker Apache Kafka cluster (replication factor 3): ktm's defaults start on it,
+and a group session it refuses is named. Then the faults only a real cluster has: a source
+broker killed with -9 and restarted while its partitions are relayed from the new leaders, and a
+broker of each side frozen past the request timeouts. Each copy ends proven exact by
 `ktm verify`, with no partition stuck; the rounds each fault cost are printed (`-s`).
 
 The source and destination topics live on one cluster, each led by a node of its own (the
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from testbed.kafka import KafkaCluster
+from testbed.ktm_process import assert_one_error_line, run_ktm
 from testbed.records import Record, produce, read_all
 from testbed.topics import unique_topic
 from tests.support.inprocess import Background, assert_verified, verify_once
@@ -43,6 +45,30 @@ def config(path: Path, trio: KafkaCluster, src: str, dst: str) -> Path:
         f"[limits]\nrecords_per_second = {CAP}\n"
     )
     return path
+
+
+def test_the_defaults_start_on_a_stock_broker_and_a_refused_session_is_named(kafka_trio, tmp_path):
+    src = kafka_trio.create_topic(unique_topic("stock-src"), 3)
+    dst = kafka_trio.create_topic(unique_topic("stock-dst"), 3)
+    produce(
+        kafka_trio.bootstrap, src, [Record(value=b"%d" % i, partition=i % 3) for i in range(300)]
+    )
+    servers = ", ".join(f'"{node.bootstrap}"' for node in kafka_trio.nodes)
+    conf = tmp_path / "c.toml"
+    base = (f'[topics]\n"{src}" = "{dst}"\n\n[[sources]]\nname = "trio"\nservers = [{servers}]\n\n'
+            f"[target]\nservers = [{servers}]\n")  # fmt: skip
+    conf.write_text(f'[app]\nmetrics_addr = ""\n\n{base}')  # every other key: its default
+
+    done = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    copied = [r for rs in read_all(kafka_trio.bootstrap, dst).values() for r in rs]
+    assert_exact_copy(read_all(kafka_trio.bootstrap, src), copied, src)
+
+    conf.write_text(f'[app]\nmetrics_addr = ""\nsession_timeout = "2s"\n\n{base}')
+    refused = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", timeout=120)
+    line = assert_one_error_line(refused, 2, "[app].session_timeout = 2s")
+    assert "group.min.session.timeout.ms = 6000" in line
 
 
 def copy_through(trio: KafkaCluster, tmp_path: Path, spark: Any, fault: Callable[[], None]) -> None:
