@@ -108,10 +108,10 @@ def stable_end(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def commit_open(bootstrap: str, source: Source) -> int:
-    """Commit the open transaction; returns the log end once its marker is there (Kafka
-    writes markers after the commit returns)."""
-    source.open_txn.commit_transaction()
+def commit_open(bootstrap: str, source: Source, commit: bool = True) -> int:
+    """Commit (or abort) the open transaction; returns the log end once its marker is there
+    (Kafka writes markers after the commit returns)."""
+    source.open_txn.commit_transaction() if commit else source.open_txn.abort_transaction()
     end = read_all(bootstrap, source.topic)[0][-1].offset + 2  # the last record, its marker
     if source.kafka:
         wait_until(lambda: stable_end(bootstrap, source.topic) == end, 30, "the commit marker")
@@ -178,6 +178,30 @@ def test_only_committed_records_are_relayed_and_an_open_transaction_waits_for_it
         # a backup of the same source holds the same records: ktm verify --store
         assert backup(conf).relayed == len(expected)
         assert_verified(verify_once(conf, spark, "backup"), len(expected))
+
+
+@pytest.mark.brokers("kafka")
+def test_an_open_transaction_that_aborts_is_never_copied(
+    source_broker, target_broker, spark, tmp_path
+):
+    """The first run stops where the open transaction begins; the second resumes there, inside
+    what is then an aborted transaction, and copies only the plain records around it."""
+    source, target = source_broker.bootstrap, target_broker.bootstrap
+    with transactional_source(source) as src:
+        dst = create_topic(target, unique_topic("txn-dst"), partitions=1)
+        conf = write_config(tmp_path / "c.toml", source=source, target=target,
+                            topics={src.topic: dst})  # fmt: skip
+        assert committed_offsets(source, "ktm", src.topic, 1) == {0: None}  # the coordinator
+        relay_once(conf)
+
+        end = commit_open(source, src, commit=False)
+        summary, _ = relay_once(conf)
+
+        expected = [r for r in committed_records(source, src.topic, end) if tag(r) != OPEN]
+        assert len(expected) == 90 + 8  # the plain records after the aborted c5 too
+        assert_exact_copy({0: expected}, copy_of(target, dst), src.topic)
+        assert summary.next_offsets == {(src.topic, 0): end}
+        assert_verified(verify_once(conf, spark), len(expected))
 
 
 @pytest.mark.brokers("kafka")
