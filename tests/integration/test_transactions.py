@@ -228,6 +228,34 @@ def test_read_uncommitted_relays_every_record_aborted_and_open_ones_too(
         assert_verified(verify_once(conf, spark), len(every))
 
 
+@pytest.mark.brokers("kafka")
+def test_a_copy_made_read_uncommitted_past_an_open_transaction_resumes_read_committed(
+    source_broker, target_broker, spark, tmp_path
+):
+    """An older ktm (read_uncommitted) copied the open transaction's records and what follows
+    it; read_committed now ends at the stable offset, before them. Not a recreated topic: the
+    run resumes after what the destination holds, and nothing arrives twice."""
+    source, target = source_broker.bootstrap, target_broker.bootstrap
+    with transactional_source(source) as src:
+        dst = create_topic(target, unique_topic("txn-dst"), partitions=1)
+        conf = write_config(tmp_path / "c.toml", source=source, target=target,
+                            topics={src.topic: dst})  # fmt: skip
+        committed_config = conf.read_text()
+        pool = '[source_pool]\nisolation_level = "read_uncommitted"\n'
+        conf.write_text(committed_config.replace("[source_pool]\n", pool))
+        assert committed_offsets(source, "ktm", src.topic, 1) == {0: None}  # the coordinator
+        relay_once(conf)
+        conf.write_text(committed_config)
+
+        summary, _ = relay_once(conf)  # c5 still open: nothing to copy, no refusal
+
+        every = read_all(source, src.topic)[0]
+        assert summary.next_offsets == {(src.topic, 0): every[-1].offset + 1}
+        assert_exact_copy({0: every}, copy_of(target, dst), src.topic)
+        commit_open(source, src)
+        assert relay_once(conf)[0].relayed == 0  # only the marker was new
+
+
 def cluster(bootstrap: str, isolation: str = "read_committed") -> ClusterConfig:
     return ClusterConfig("src", (bootstrap,), isolation_level=isolation)
 
