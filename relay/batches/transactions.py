@@ -18,8 +18,11 @@ offsets of a dropped batch are a gap, like a compaction gap, and provenance list
 
 The list is per answer: the broker names every aborted transaction overlapping the fetched range,
 including those that began before the fetch offset, so nothing is carried from one answer to the
-next. A broker that lists none (every read_uncommitted answer; Tansu, which does not filter
-transactions at all) leaves the batches as they are, at no cost.
+next. A broker that lists none (every read_uncommitted answer, every answer of a source without
+aborted transactions; Tansu, which does not filter transactions at all) leaves the batches as
+they are, at no cost: a reader's CPU per record was the same either way on a non-transactional
+Apache Kafka source (0.18 us). Where it runs, it costs about 0.5 us per batch (measured: 400
+batches of 100 records, half of them aborted, in 190 us).
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ The isolation level is the cluster's (`ClusterConfig.isolation_level`: a source'
 stable offset and lists the aborted transactions it overlaps (`Fetched.aborted`), which the
 readers drop with `relay.batches.drop_aborted`; `Fetched.end` is where a reader at the fetch's
 isolation level stops: the last stable offset, or the high watermark under read_uncommitted.
-Each broker gets an incremental fetch session
-(`relay.clients.fetch_session`, KIP-227) where it offers one: a request then names only the
-partitions whose fetch offset changed. A response may end with a partial batch; the caller
-fetches again from the next offset after the last whole batch (`relay.batches.rebuild` gives
-it), so nothing is returned twice or skipped.
+
+Each broker gets an incremental fetch session (`relay.clients.fetch_session`, KIP-227) where it
+offers one: a request then names only the partitions whose fetch offset changed. A response may
+end with a partial batch; the caller fetches again from the next offset after the last whole
+batch (`relay.batches.rebuild` gives it), so nothing is returned twice or skipped.
 """
 
 from __future__ import annotations
