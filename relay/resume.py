@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from relay.batches import Provenance, SourceBatch, last_provenance
@@ -155,14 +155,30 @@ def choose_start(
 @dataclass(frozen=True)
 class SourceOffsets:
     begin: dict[SourcePartition, int]
-    end: dict[SourcePartition, int]  # the real log end (confirmed by a fetch)
+    # Where reading stops (confirmed by a fetch): the log end, or under read_committed the last
+    # stable offset
+    end: dict[SourcePartition, int]
+    # read_committed: a partition's log end, read only for a partition copied past `end`
+    log_end: Callable[[SourcePartition], int] | None = None
+
+    def limit(self, key: SourcePartition, copied: int) -> int:
+        """The end a copy holding offsets up to `copied` must not pass. Under read_committed, a
+        copy an older ktm made read_uncommitted may hold an open transaction's records past the
+        last stable offset: only past the log end would it mean a recreated topic."""
+        end = self.end[key]
+        if copied > end and self.log_end is not None:
+            return max(end, self.log_end(key))
+        return end
 
 
 def source_offsets(
     cluster: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
 ) -> SourceOffsets:
     begin, end = admin.offset_bounds(cluster, [route.key for route in routes], timeout)
-    return SourceOffsets(begin, end)
+    if not cluster.read_committed:
+        return SourceOffsets(begin, end)
+    whole = replace(cluster, isolation_level="read_uncommitted")
+    return SourceOffsets(begin, end, lambda key: admin.offset_bounds(whole, [key], timeout)[1][key])
 
 
 def resume_points(
@@ -181,9 +197,9 @@ def resume_points(
     points = {}
     for route in routes:
         key = route.key
-        point = choose_start(
-            key, at_destination.get(key), committed.get(key), offsets.begin[key], offsets.end[key]
-        )
+        held, done = at_destination.get(key), committed.get(key)
+        end = offsets.limit(key, max(held or 0, done or 0))
+        point = choose_start(key, held, done, offsets.begin[key], end)
         points[key] = point
         log.debug(
             "resume topic=%s partition=%s next_offset=%s from=%s end=%s",

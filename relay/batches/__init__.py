@@ -20,6 +20,7 @@ from relay.batches.provenance import (
     last_provenance,
     parse_provenance,
 )
+from relay.batches.transactions import drop_aborted
 
 __all__ = [
     "BatchHeader",
@@ -29,6 +30,7 @@ __all__ = [
     "Rebuilt",
     "SourceBatch",
     "UnsupportedBatch",
+    "drop_aborted",
     "format_runs",
     "last_provenance",
     "parse_provenance",

@@ -3,11 +3,12 @@
 What each source batch becomes:
 - a **control batch** (a transaction's commit or abort marker) is never copied: markers are the
   broker's business, and a produced batch may not be one;
-- a **transactional data batch** is copied like any other (read_uncommitted: what a consumer
-  that does not filter transactions sees is what arrives). Records of *aborted* transactions
-  are therefore relayed too; dropping them would need the fetch response's aborted-transaction
-  list and read_committed semantics, which the relay does not claim. The destination batch is
-  not transactional: the destination producer is idempotent, not transactional;
+- a **transactional data batch** is copied like any other: under read_committed (the default)
+  the reader has already dropped the batches of aborted transactions
+  (`relay.batches.transactions`), and no fetch reaches past the last stable offset, so what
+  arrives here is committed; their offsets are gaps, listed around in the provenance like
+  compaction gaps. Under read_uncommitted every transaction's records arrive. The destination
+  batch is not transactional: the destination producer is idempotent, not transactional;
 - a batch wholly before `start` is skipped; one that starts before it (a fetch that began
   mid-batch after a restart) loses its records before `start`; records at or after `stop`
   (`--stop-at-end`) are left out the same way, and so are records a filter rejected (`drop`).

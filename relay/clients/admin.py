@@ -8,6 +8,8 @@ workaround is one that is also right for Kafka, and a comment says so.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import socket
 import ssl
@@ -22,11 +24,13 @@ from kafka.errors import (
     IncompatibleBrokerVersion,
     KafkaTimeoutError,
     NoError,
+    OffsetOutOfRangeError,
     UnsupportedVersionError,
 )
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
+from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.kept import kept
 from relay.clients.settings import (  # noqa: F401
     client_settings,
@@ -72,6 +76,7 @@ def probe_consumer(
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 fetch_max_wait_ms=100,
+                isolation_level=cluster.isolation_level,
             )
         except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
             raise _unreachable(cluster, timeout) from exc
@@ -148,18 +153,15 @@ def all_partition_counts(cluster: ClusterConfig, timeout: float) -> dict[str, in
     }
 
 
-TP = tuple[str, int]  # (topic, partition); kafka-python's TopicPartition stays in this module
-
-
 def offset_bounds(
     cluster: ClusterConfig, tps: list[TP], timeout: float
 ) -> tuple[dict[TP, int], dict[TP, int]]:
     """(beginning, real end) offset of each partition. See `real_end_offsets`."""
     parts = [TopicPartition(*tp) for tp in tps]
-    with probe_consumer(cluster, timeout) as consumer:
+    with probe_consumer(_listing(cluster), timeout) as consumer:
         require_topics(consumer, cluster, tps)
         begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
-        end = real_end_offsets(consumer, parts, begin, timeout)
+        end = real_end_offsets(cluster, consumer, parts, begin, timeout)
     return {tuple(tp): v for tp, v in begin.items()}, {tuple(tp): v for tp, v in end.items()}
 
 
@@ -173,28 +175,40 @@ def require_topics(consumer: KafkaConsumer, cluster: ClusterConfig, tps: Iterabl
 
 # A partition's (beginning, listed end) -> its real end, as one node answered them last time.
 EndMemo = dict[TopicPartition, tuple[int, int, int]]
+END_PROBE_BYTES = 64 * 1024  # a fetch whose answer's header is all that is read
 
 
 def real_end_offsets(
+    cluster: ClusterConfig,
     consumer: KafkaConsumer,
     tps: list[TopicPartition],
     begin: dict[TopicPartition, int],
     timeout: float,
     memo: EndMemo | None = None,
 ) -> dict[TopicPartition, int]:
-    """The log end offset of each partition, confirmed by a fetch's high watermark.
+    """Where each partition ends for a reader of `cluster` (`consumer` lists offsets on it, read
+    uncommitted: see `_listing`): the log end, or under read_committed the last stable offset
+    (no record of a transaction still open lies before it), both confirmed by a fetch.
 
     ListOffsets(latest) is exact on Apache Kafka but under-reports on Tansu (it answers the base
     offset of the last batch + 1). A fetch from just below the listed end returns the high
-    watermark, which is right on both; the listed end is a lower bound, so seeking to it - 1 never
-    skips past the real end. A partition listed as ending at its beginning is empty on both
-    (Tansu's answer for a partition holding anything is past its beginning): no fetch asks it,
-    which spares a fresh destination's thousands of partitions a fetch that waits for data.
+    watermark and the last stable offset, right on both brokers; the listed end is a lower bound
+    of the high watermark, so fetching from it - 1 never skips past the real end. A partition
+    listed as ending at its beginning is empty on both (Tansu's answer for a partition holding
+    anything is past its beginning): no fetch asks it, which spares a fresh destination's
+    thousands of partitions a fetch that waits for data.
+
+    Under read_committed the listing is still read_uncommitted's: ListOffsets(READ_COMMITTED)
+    is the last stable offset on Apache Kafka, but Tansu answers 0 while a transaction is open
+    (measured), which would pass a partition holding records for an empty one and key the memo
+    on a number that does not move. The read_uncommitted listing moves with every append on
+    both, and a fetch's last stable offset is exact on both (measured on Tansu 0.6 with a
+    transaction open, committed and aborted).
 
     `memo` (kept by the caller for one node, updated here): a partition whose beginning and
-    listed end are what they were is not fetched again. Any append moves the listed end on both
-    brokers, so its last batch, hence its real end, is the same (a health check of 2,000 idle
-    partitions: no fetch instead of one that brings 2,000 batches).
+    listed end are what they were is not fetched again. Any append (a transaction's marker too)
+    moves the listed end on both brokers, so its last batch, hence its real end, is the same (a
+    health check of 2,000 idle partitions: no fetch instead of one that brings 2,000 batches).
     """
     if not tps:
         return {}
@@ -203,37 +217,56 @@ def real_end_offsets(
     known = memo or {}
     same = {tp: known[tp][2] for tp in held if known.get(tp, ())[:2] == (begin[tp], listed[tp])}
     asked = [tp for tp in held if tp not in same]
-    ends = {**listed, **same, **_fetched_ends(consumer, asked, listed, begin, timeout)}
+    ends = {**listed, **same, **_fetched_ends(cluster, asked, listed, begin, timeout)}
     if memo is not None:
         memo.update({tp: (begin[tp], listed[tp], ends[tp]) for tp in held})
     return ends
 
 
+def _listing(cluster: ClusterConfig) -> ClusterConfig:
+    """The cluster as `real_end_offsets` lists its offsets: read_uncommitted (see there)."""
+    return dataclasses.replace(cluster, isolation_level="read_uncommitted")
+
+
 def _fetched_ends(
-    consumer: KafkaConsumer,
+    cluster: ClusterConfig,
     tps: list[TopicPartition],
     listed: dict[TopicPartition, int],
     begin: dict[TopicPartition, int],
     timeout: float,
 ) -> dict[TopicPartition, int]:
-    """Real ends of `tps` from the high watermarks of one fetch from just below each listed end."""
+    """Real ends of `tps` from one fetch from just below each listed end: its high watermark,
+    or under read_committed its last stable offset (`Fetched.end`), which may lie below the
+    listed end."""
     if not tps:
         return {}
-    consumer.assign(tps)
-    internals.seek_many(consumer, {tp: max(begin[tp], listed[tp] - 1) for tp in tps})
+    positions = {(tp.topic, tp.partition): max(begin[tp], listed[tp] - 1) for tp in tps}
+    floor = {key: 0 if cluster.read_committed else listed[TopicPartition(*key)]
+             for key in positions}  # fmt: skip
+    make = functools.partial(BatchFetcher, cluster, timeout, partition_max_bytes=END_PROBE_BYTES)
     deadline = time.monotonic() + timeout
-    pending = set(tps)
-    while pending and time.monotonic() < deadline:
-        # Every record returned is thrown away; draining them all at once lets kafka-python
-        # parse each partition's fetch (which is what sets its high watermark) in one poll.
-        consumer.poll(timeout_ms=100, max_records=100_000)
-        pending = {tp for tp in pending if consumer.highwater(tp) is None}
-    if pending:
-        names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(pending))
-        raise TimeoutError(f"no fetch answer within {timeout}s for {names}")
-    ends = {tp: max(listed[tp], consumer.highwater(tp)) for tp in tps}
-    consumer.assign([])
-    return ends
+    ends: dict[TP, int] = {}
+    with kept(("end-probe", cluster, timeout), make, BatchFetcher.close) as fetcher:
+        while positions:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                names = ", ".join(f"{topic}[{partition}]" for topic, partition in sorted(positions))
+                raise TimeoutError(f"no fetch answer within {timeout}s for {names}")
+            for key, fetched in fetcher.fetch(positions, left).items():
+                if fetched.error is None:
+                    ends[key] = max(floor[key], fetched.end)
+                    del positions[key]
+                elif isinstance(fetched.error, OffsetOutOfRangeError):
+                    # retention passed the offset since it was listed: ask at the listed end
+                    positions[key] = listed[TopicPartition(*key)]
+                elif not getattr(fetched.error, "retriable", False):
+                    raise fetched.error
+            if positions:
+                time.sleep(min(END_RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
+    return {TopicPartition(*key): end for key, end in ends.items()}
+
+
+END_RETRY_PAUSE = 0.05  # seconds: a leader moving or metadata refreshing, bounded by the timeout
 
 
 def committed_offsets(
@@ -251,18 +284,21 @@ def health_end_offsets(
     """A node's real end offsets, or an exception if it cannot answer within `timeout`
     (LookupError at once when the node lacks a topic, e.g. it came back empty). `memo`: see
     `real_end_offsets`."""
-    with probe_consumer(cluster, timeout) as consumer:
+    with probe_consumer(_listing(cluster), timeout) as consumer:
         require_topics(consumer, cluster, tps)
         parts = [TopicPartition(*tp) for tp in tps]
         begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
-        ends = real_end_offsets(consumer, parts, begin, timeout, memo)
+        ends = real_end_offsets(cluster, consumer, parts, begin, timeout, memo)
     return {(tp.topic, tp.partition): end for tp, end in ends.items()}
 
 
 def records_at(cluster: ClusterConfig, wanted: dict[TP, int], timeout: float) -> dict[TP, Any]:
-    """The record at each (partition, offset), or None where that offset holds no record."""
+    """The record at each (partition, offset), or None where that offset holds no record.
+    Read uncommitted whatever the cluster's isolation level: whether two nodes' logs line up
+    does not depend on how their transactions ended (a destination an older ktm wrote read
+    uncommitted may end on an aborted record)."""
     found: dict[TP, Any] = {}
-    with probe_consumer(cluster, timeout) as consumer:
+    with probe_consumer(_listing(cluster), timeout) as consumer:
         require_topics(consumer, cluster, wanted)
         for key, offset in wanted.items():
             records = read_range(consumer, TopicPartition(*key), offset, offset + 1, timeout)

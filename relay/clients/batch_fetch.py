@@ -16,11 +16,16 @@ trip is longer than the task loop's tick, or a broker slow to answer a thousand 
 waited for instead of abandoned at every tick; and a broker that answers less than a round
 trip's worth per fetch still fills a long link with two lanes or more.
 
-Read uncommitted, like the relay's consumer. Each broker gets an incremental fetch session
-(`relay.clients.fetch_session`, KIP-227) where it offers one: a request then names only the
-partitions whose fetch offset changed. A response may end with a partial batch; the caller
-fetches again from the next offset after the last whole batch (`relay.batches.rebuild` gives
-it), so nothing is returned twice or skipped.
+The isolation level is the cluster's (`ClusterConfig.isolation_level`: a source's is
+`[source_pool].isolation_level`). Under read_committed an answer ends at the partition's last
+stable offset and lists the aborted transactions it overlaps (`Fetched.aborted`), which the
+readers drop with `relay.batches.drop_aborted`; `Fetched.end` is where a reader at the fetch's
+isolation level stops: the last stable offset, or the high watermark under read_uncommitted.
+
+Each broker gets an incremental fetch session (`relay.clients.fetch_session`, KIP-227) where it
+offers one: a request then names only the partitions whose fetch offset changed. A response may
+end with a partial batch; the caller fetches again from the next offset after the last whole
+batch (`relay.batches.rebuild` gives it), so nothing is returned twice or skipped.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ TP = tuple[str, int]
 _FetchTopic = FetchRequest.FetchTopic
 _FetchPartition = _FetchTopic.FetchPartition
 _ForgottenTopic = FetchRequest.ForgottenTopic
-_READ_UNCOMMITTED = 0
+_READ_UNCOMMITTED, _READ_COMMITTED = 0, 1
 _MIN_VERSION = 4  # the first with magic-2 batches, last stable offset and aborted transactions
 _MAX_VERSION = 12  # the last addressing topics by name (13 uses topic ids)
 _FRAME_MARGIN = 1024 * 1024  # a response's headers around its records
@@ -61,6 +66,10 @@ class Fetched(NamedTuple):
     high_watermark: int
     log_start_offset: int
     error: BaseException | None = None
+    # Where a reader at the fetch's isolation level stops: the last stable offset under
+    # read_committed (no open transaction's record lies before it), else the high watermark.
+    end: int = -1
+    aborted: tuple[tuple[int, int], ...] = ()  # (producer id, first offset): read_committed
 
 
 class Answer(NamedTuple):
@@ -103,6 +112,7 @@ class BatchFetcher:
             # A fetch names its topics in metadata requests: they must not create them.
             client = never_create_topics(KafkaNetClient(**settings))
         self._client = client
+        self._committed = cluster.read_committed
         self._max_wait_ms = int(max_wait * 1000)
         self._min_bytes = min_bytes
         self._partition_max_bytes = partition_max_bytes
@@ -265,10 +275,22 @@ class BatchFetcher:
                     error = kafka_errors.for_code(part.error_code)(f"{key[0]}[{key[1]}]")
                     if isinstance(error, kafka_errors.InvalidMetadataError):
                         self._client.cluster.request_update()
-                yield (
-                    key,
-                    Fetched(part.records or b"", part.high_watermark, part.log_start_offset, error),
-                )
+                yield key, self._fetched(part, error)
+
+    def _fetched(self, part: Any, error: BaseException | None) -> Fetched:
+        end = part.high_watermark
+        aborted: tuple[tuple[int, int], ...] = ()
+        if self._committed:
+            # Every broker of Fetch v4+ answers the last stable offset (-1 only with an error);
+            # Tansu's is right (measured with a transaction open, committed and aborted), but it
+            # lists no aborted transaction: their records reach a read_committed reader there.
+            if part.last_stable_offset >= 0:
+                end = part.last_stable_offset
+            aborted = tuple(
+                (txn.producer_id, txn.first_offset) for txn in part.aborted_transactions or ()
+            )
+        return Fetched(part.records or b"", part.high_watermark, part.log_start_offset, error,
+                       end, aborted)  # fmt: skip
 
     def _know_topics(self, topics: set[str]) -> None:
         """Metadata for `topics`, asked for when missing and polled briefly: a partition
@@ -322,7 +344,7 @@ class BatchFetcher:
             max_wait_ms=self._max_wait_ms,
             min_bytes=self._min_bytes,
             max_bytes=self._max_bytes,
-            isolation_level=_READ_UNCOMMITTED,
+            isolation_level=_READ_COMMITTED if self._committed else _READ_UNCOMMITTED,
             session_id=plan.session_id,
             session_epoch=plan.epoch,
             topics=[_FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from kafka import TopicPartition
 from kafka import errors as kafka_errors
 
-from relay.batches import SourceBatch, split_batches
+from relay.batches import SourceBatch, drop_aborted, split_batches
 from relay.clients.batch_fetch import Answer, BatchFetcher
 from relay.clients.consumer import TP, GroupReader
 from relay.config import ClusterConfig, FetchConfig
@@ -102,7 +102,8 @@ class BatchReader(GroupReader):
     def poll(self, timeout: float) -> dict[TP, list[SourceBatch]]:
         """The whole batches fetched for each partition that got an answer within `timeout`
         (the first may begin before the partition's position: a fetch starts at the batch
-        holding it). A partition's position moves past the batches returned, so the next fetch
+        holding it), less those of aborted transactions under read_committed (the list may be
+        empty then). A partition's position moves past the batches fetched, so the next fetch
         goes on after them; it is on the wire already when this returns."""
         if len(self._paused) == len(self._positions):
             return {}
@@ -118,13 +119,13 @@ class BatchReader(GroupReader):
                 if self._on_error(answer):
                     failed[answer.node] = answer.fetched.error
                 continue
-            self._highwater[answer.key] = answer.fetched.high_watermark
+            self._highwater[key] = answer.fetched.end
             batches, _ = split_batches(answer.fetched.data)
             if batches:
-                found[answer.key] = batches
-                self._positions[answer.key] = max(
-                    self._positions[answer.key], batches[-1].next_offset
-                )
+                # past every whole batch, an aborted transaction's too; the batches of those
+                # are dropped (read_committed) and may leave none: the partition still moves
+                found[key] = drop_aborted(batches, answer.fetched.aborted)
+                self._positions[key] = max(self._positions[key], batches[-1].next_offset)
         if answers:
             self._fetcher.send(self._wanted())  # the next fetch travels while these are written
         for node, error in failed.items():
@@ -190,6 +191,8 @@ class BatchReader(GroupReader):
         return {key: self._positions[key] for key in keys}
 
     def highwater(self, key: TP) -> int | None:
+        """The end its last fetch reported: the last stable offset under read_committed (an
+        open transaction's records are not lag: they are not to be read yet)."""
         return self._highwater.get(key)
 
     def pause(self, key: TP) -> None:

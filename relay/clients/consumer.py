@@ -35,7 +35,11 @@ class GroupReader:
             max_partition_fetch_bytes=8 * 1024 * 1024,
             fetch_max_bytes=64 * 1024 * 1024,
             max_poll_records=5000,
+            # read_committed: kafka-python drops aborted transactions' records as the Java
+            # consumer does, and reads nothing past the last stable offset
+            isolation_level=cluster.isolation_level,
         )
+        self._committed = cluster.read_committed
         # A cached reader reconnects to a node that came back empty: it must not recreate
         # the topic it was reading there.
         never_create_topics(self._consumer)
@@ -72,6 +76,11 @@ class GroupReader:
         return found
 
     def highwater(self, key: TP) -> int | None:
+        """The high watermark its last fetch reported; None under read_committed, where the end
+        is the last stable offset, which kafka-python does not keep (the driver's health checks
+        report it): an open transaction's records are not lag."""
+        if self._committed:
+            return None
         return self._consumer.highwater(self._tps[key])
 
     def pause(self, key: TP) -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from relay.batches import SourceBatch, split_batches
+from relay.batches import SourceBatch, drop_aborted, split_batches
 from relay.clients import admin
 from relay.clients.batch_fetch import TP, BatchFetcher, Fetched
 from relay.clients.kept import kept
@@ -75,17 +75,20 @@ def stream_range(
 
 
 def _take(fetched: Fetched, position: int, upper: int, out: list[SourceBatch]) -> int:
-    """The batches of one answer from `position` on, below `upper`, into `out`; returns the
-    next position (`upper` once the range is read, or when the log ends before it)."""
+    """The batches of one answer from `position` on, below `upper`, into `out` (less those of
+    aborted transactions under read_committed); returns the next position (`upper` once the
+    range is read, or when what may be read ends before it)."""
     batches, _ = split_batches(fetched.data)
-    for batch in batches:
+    for batch in drop_aborted(batches, fetched.aborted):
         if batch.base_offset >= upper:
             return upper
         if batch.next_offset > position:
             out.append(batch)
             position = batch.next_offset
-    if not batches and position >= fetched.high_watermark:
-        return upper  # nothing more to read (the end moved back)
+    if batches:  # past the aborted batches at the end of the answer too
+        return min(upper, max(position, batches[-1].next_offset))
+    if position >= fetched.end:
+        return upper  # nothing more to read (the end moved back, or an open transaction)
     return position
 
 

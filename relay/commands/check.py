@@ -43,7 +43,8 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
         relay.prepare()
         groups = pipeline.group_plan()
     snap = relay.status.snapshot()
-    click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node}")
+    isolation = cfg.source_pool.isolation_level
+    click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node} ({isolation})")
     _topics_report(cfg, pipeline.topic_plan)
     for row in snap.rows:
         r = row.route

@@ -62,7 +62,11 @@ def load_config(
         if section not in doc.mapping:
             name = "[[sources]]" if section == "sources" else f"[{section}]"
             raise ConfigError(f"{name}: missing section ({WHY[section]})")
-    sources = _sources(doc) if "sources" in doc.mapping else ()
+    source_pool = _source_pool(doc.sub("source_pool"))
+    sources = tuple(
+        dataclasses.replace(source, isolation_level=source_pool.isolation_level)
+        for source in (_sources(doc) if "sources" in doc.mapping else ())
+    )
     discover = _build(DiscoverConfig, doc.sub("discover"))
     return Config(
         path=os.fspath(path),
@@ -72,7 +76,7 @@ def load_config(
         discover=discover,
         groups=_build(GroupsConfig, doc.sub("groups")),
         sources=sources,
-        source_pool=_source_pool(doc.sub("source_pool")),
+        source_pool=source_pool,
         target=_target(doc.sub("target")) if "target" in doc.mapping else None,
         filters=_filters(doc, cli_filters),
         store=_store(doc.sub("store"), sources) if "store" in doc.mapping else None,

@@ -14,6 +14,7 @@ from relay.config.readers import (
     COMPRESSIONS,
     CONFIG_EXCLUDE,
     DISCOVER_STARTS,
+    ISOLATION_LEVELS,
     LOG_LEVELS,
     ON_ERROR,
     ON_MISMATCH,
@@ -60,6 +61,13 @@ class ClusterConfig:
     ca_cert_path: str | None = field(default=None, metadata=_reads(_cert_path))
     client_cert_path: str | None = field(default=None, metadata=_reads(_cert_path))
     client_key_path: str | None = field(default=None, metadata=_reads(_cert_path))
+    # How its records are read: a [[sources]] cluster takes [source_pool].isolation_level; any
+    # other (the target, a destination read back) is read whole: ktm writes no transactions.
+    isolation_level: str = "read_uncommitted"
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,12 @@ class SourcePoolConfig:
     randomize_initial: bool = field(default=False, metadata=_reads(_bool))
     # What to do when the record at the resume point on a new node differs from what was relayed.
     on_mismatch: str = field(default="stop", metadata=_reads(_choice, choices=ON_MISMATCH))
+    # Records of aborted and still-open source transactions: "read_committed" never copies them
+    # (an open one's records wait until it commits), "read_uncommitted" copies every record.
+    # Every read of a [[sources]] cluster (relay, backup, verify, check) uses it.
+    isolation_level: str = field(
+        default="read_committed", metadata=_reads(_choice, choices=ISOLATION_LEVELS)
+    )
     # How the relay and backup tasks fetch (FetchConfig says why the defaults are what they are).
     fetch_timeout: float = field(default=30.0, metadata=_reads(_duration, minimum=1.0))
     fetch_max_bytes: int = field(

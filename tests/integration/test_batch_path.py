@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaProducer
 
-from relay.batches import split_batches
+from relay.batches import parse_provenance, split_batches
 from relay.clients.batch_fetch import BatchFetcher
 from relay.config import ClusterConfig
 from testbed.provenance import attributed
@@ -72,7 +72,7 @@ def wire_bytes(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
 
 
 def test_every_codec_one_record_batches_and_transactions_arrive_exactly(
-    source_broker, target_broker, spark, tmp_path
+    source_broker, target_broker, spark, tmp_path, broker_kind
 ):
     source, target = source_broker.bootstrap, target_broker.bootstrap
     src, dst = topic_pair(source, target, "codecs", 6)
@@ -85,9 +85,16 @@ def test_every_codec_one_record_batches_and_transactions_arrive_exactly(
 
     summary, _ = relay_once(config)
 
+    # read_committed (the default): on Apache Kafka the aborted transaction's 30 records (its
+    # "trace" headers t50-t79) are not copied. Tansu lists no aborted transaction, so there they
+    # arrive (its gap: docs/development.md, "The test broker"); its variant stays at the default
+    # all the same: the codecs and one-record batches are what it is about, and it shows what
+    # ktm does on such a broker.
     original, copied = read_all(source, src), read_all(target, dst)
-    # read_uncommitted, as the record path: the aborted transaction's records arrive as well
-    assert len(original[TXN]) == 100
+    if broker_kind != "tansu":
+        aborted = {b"t%d" % i for i in range(50, 80)}
+        original[TXN] = [r for r in original[TXN] if r.headers[0][1] not in aborted]
+    assert len(original[TXN]) == (100 if broker_kind == "tansu" else 70)
     for partition in range(6):
         assert_exact_copy({partition: original[partition]}, copied[partition], src)
     # past the last marker: the next offsets are the log ends, and so are the commits
@@ -96,9 +103,13 @@ def test_every_codec_one_record_batches_and_transactions_arrive_exactly(
     assert committed_offsets(source, "ktm", src, 6) == ends
     # merged: 120 one-record source batches became a few destination batches
     assert sum(1 for r in copied[0] if r.headers[-1][0] == "ktm.src") < 10
-    # the aborted records sit between markers: the header lists the runs around them
+    # the markers (and on Kafka the aborted records) are gaps: the header lists runs around
     runs = [r.headers[-1][1] for r in copied[TXN] if r.headers[-1][0] == "ktm.src"]
-    assert any(b",51-80" in value or b",50-79" in value for value in runs), runs
+    if broker_kind == "tansu":
+        assert any(b",51-80" in value or b",50-79" in value for value in runs), runs
+    else:  # 50: the commit marker, 51-80 aborted, 81 its abort marker, 102 a commit marker
+        held = [run for value in runs for run in parse_provenance(value).runs]
+        assert held == [(0, 49), (82, 101)], runs  # in one destination batch or in two
 
 
 def test_a_destination_written_record_by_record_is_resumed_by_the_batch_path(

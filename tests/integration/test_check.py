@@ -47,7 +47,7 @@ def test_check_prints_the_plan_and_relays_nothing(source_broker, target_broker, 
     )
     run = check(tmp_path, config)
     assert run.returncode == 0, run.stderr
-    assert "ok; source node: dc1" in run.stdout
+    assert "ok; source node: dc1 (read_committed)" in run.stdout
     assert f"{src}[0] -> {dst}[0]: from offset 0, end 15, lag 15" in run.stdout
     assert f"{src}[1] -> {dst}[1]: from offset 0, end 15, lag 15" in run.stdout
     assert "2 partitions, 30 records to relay; nothing was relayed" in run.stdout

@@ -9,6 +9,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
 from relay.clients import admin
+from relay.config import ClusterConfig
 from testbed.records import Record, produce, read_all
 from testbed.tansu import NO_KILL_REASON, TansuBroker, wait_until_ready
 from testbed.topics import create_topic, describe_topic, unique_topic
@@ -159,20 +160,21 @@ def test_real_ends_are_fetched_again_only_where_the_listed_end_moved(source_brok
         produce(source_broker.bootstrap, topic, batch, linger_ms=60_000, batch_size=1 << 20)
     held, empty = TopicPartition(topic, 0), TopicPartition(topic, 1)
     consumer = KafkaConsumer(bootstrap_servers=source_broker.bootstrap, group_id=None)
+    cluster = ClusterConfig("probe", (source_broker.bootstrap,))
     memo: admin.EndMemo = {}
     try:
         begin = {held: 0, empty: 0}
-        assert admin.real_end_offsets(consumer, [held, empty], begin, 10, memo) == {
+        assert admin.real_end_offsets(cluster, consumer, [held, empty], begin, 10, memo) == {
             held: 500,
             empty: 0,
         }
         listed = memo[held][1]
         assert memo == {held: (0, listed, 500)}  # an empty partition is never fetched anyway
         memo[held] = (0, listed, 499)  # what it says is what comes back: nothing was fetched
-        assert admin.real_end_offsets(consumer, [held], begin, 10, memo)[held] == 499
+        assert admin.real_end_offsets(cluster, consumer, [held], begin, 10, memo)[held] == 499
         produce(source_broker.bootstrap, topic, [Record(value=b"y", partition=0)] * 10,
                 linger_ms=60_000, batch_size=1 << 20)  # fmt: skip
-        assert admin.real_end_offsets(consumer, [held], begin, 10, memo)[held] == 510
+        assert admin.real_end_offsets(cluster, consumer, [held], begin, 10, memo)[held] == 510
         assert memo[held][2] == 510 and memo[held][1] > listed
     finally:
         consumer.close()

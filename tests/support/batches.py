@@ -57,6 +57,13 @@ def make_batch(
     return bytes(buf)
 
 
-def control_batch(offset: int, commit: bool = True) -> bytes:
+def control_batch(offset: int, commit: bool = True, producer_id: int = 7) -> bytes:
+    """A transaction marker of `producer_id`: one control record, key (version 0, type 1 for
+    COMMIT or 0 for ABORT), as a broker writes it."""
     marker = Rec(offset, T0, struct.pack(">hh", 0, int(commit)), b"\x00\x00\x00\x00\x00\x00", [])
-    return make_batch([marker], attributes=0x30, producer=(7, 0, 5))
+    return make_batch([marker], attributes=0x30, producer=(producer_id, 0, -1))
+
+
+def txn_batch(records: Sequence[Rec], producer_id: int, codec: str = "none") -> bytes:
+    """A transactional data batch of `producer_id`."""
+    return make_batch(records, codec, attributes=0x10, producer=(producer_id, 0, 0))

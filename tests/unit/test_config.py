@@ -90,6 +90,7 @@ def test_defaults_of_every_key(tmp_path: Path) -> None:
             ca_cert_path=None,
             client_cert_path=None,
             client_key_path=None,
+            isolation_level="read_committed",  # [source_pool]'s, on every source
         ),
     )
     assert config.source_pool == SourcePoolConfig(
@@ -101,8 +102,9 @@ def test_defaults_of_every_key(tmp_path: Path) -> None:
         backoff_max=10.0,
         randomize_initial=False,
         on_mismatch="stop",
+        isolation_level="read_committed",
     )
-    assert config.target == TargetConfig(
+    assert config.target == TargetConfig(  # the target is read whole (ktm writes no transaction)
         cluster=ClusterConfig(name="target", servers=("127.0.0.1:19093",)),
         compression="none",
         linger=0.005,
@@ -148,6 +150,7 @@ backoff_min = "2s"
 backoff_max = "1m"
 randomize_initial = true
 on_mismatch = "continue"
+isolation_level = "READ_UNCOMMITTED"
 
 [[sources]]
 name = "east"
@@ -232,6 +235,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         backoff_max=60.0,
         randomize_initial=True,
         on_mismatch="continue",
+        isolation_level="read_uncommitted",
     )
     assert config.sources == (
         ClusterConfig(
@@ -244,8 +248,9 @@ def test_every_key_is_read(tmp_path: Path) -> None:
             ca_cert_path=str(certs / "ca.pem"),
             client_cert_path=str(certs / "client.pem"),
             client_key_path=str(certs / "client.key"),
+            isolation_level="read_uncommitted",
         ),
-        ClusterConfig(name="west", servers=("west-1:9092",)),
+        ClusterConfig(name="west", servers=("west-1:9092",), isolation_level="read_uncommitted"),
     )
     assert config.target == TargetConfig(
         cluster=ClusterConfig(
@@ -322,7 +327,9 @@ def test_sample_loads_with_its_defaults(tmp_path: Path) -> None:
     shutil.copy(SAMPLE, tmp_path / "config.toml")
     config = load_config(tmp_path / "config.toml")
 
-    assert config.sources == (ClusterConfig(name="local", servers=("127.0.0.1:19092",)),)
+    assert config.sources == (
+        ClusterConfig(name="local", servers=("127.0.0.1:19092",), isolation_level="read_committed"),
+    )
     assert config.target == TargetConfig(ClusterConfig(name="target", servers=("127.0.0.1:19093",)))
     assert config.topics == (TopicRoute("demo", "demo-copy"),)
     assert (config.app, config.spark, config.source_pool) == (
@@ -721,6 +728,15 @@ ERRORS = [
         "[source_pool]\noffset_lag_threshold = -1",
         ["[source_pool].offset_lag_threshold: expected an integer >= 0, got -1"],
         id="pool-lag",
+    ),
+    pytest.param(
+        "extra",
+        '[source_pool]\nisolation_level = "committed"',
+        [
+            "[source_pool].isolation_level: expected one of read_committed, read_uncommitted, "
+            'got "committed"'
+        ],
+        id="pool-isolation",
     ),
     pytest.param(
         "extra",

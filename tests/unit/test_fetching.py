@@ -68,7 +68,11 @@ class FakeNet:
     def to(self, node: int) -> list[Any]:
         return [request for n, request, _ in self.sent if n == node]
 
-    def answer(self, index: int, data: dict[int, bytes], session_id: int = 0, error: int = 0):
+    def answer(
+        self, index: int, data: dict[int, bytes], session_id: int = 0, error: int = 0,
+        **part: Any,
+    ):  # fmt: skip
+        """`part`: more fields of every partition's answer (last_stable_offset, ...)."""
         _, request, future = self.sent[index]
         partitions = [
             SimpleNamespace(
@@ -77,6 +81,7 @@ class FakeNet:
                 high_watermark=100,
                 log_start_offset=0,
                 records=records,
+                **part,
             )  # fmt: skip
             for p, records in data.items()
         ]
@@ -166,6 +171,28 @@ def test_fetch_waits_for_its_answers_and_times_out_the_rest(net):
     assert all(isinstance(v.error, kafka_errors.KafkaTimeoutError) for v in found.values())
     net.answer(0, {0: b""})  # late: dropped, the broker is free again afterwards
     assert f.receive(0.0) == []
+
+
+def test_read_committed_asks_for_it_and_answers_the_stable_end_and_the_aborted(net):
+    """A source at [source_pool].isolation_level = "read_committed": the request says so, and
+    an answer's end is its last stable offset, with the aborted transactions it lists."""
+    f = BatchFetcher(ClusterConfig("src", ("x:1",), isolation_level="read_committed"), client=net)
+    f.send({(T, 1): 7})
+    aborted = [SimpleNamespace(producer_id=41, first_offset=60)]
+    net.answer(0, {1: b""}, last_stable_offset=80, aborted_transactions=aborted)
+
+    (answer,) = f.receive(0.0)
+
+    assert net.to(2)[0].isolation_level == 1
+    assert (answer.fetched.high_watermark, answer.fetched.end) == (100, 80)
+    assert answer.fetched.aborted == ((41, 60),)
+
+    plain = fetcher(net)  # read_uncommitted: the high watermark, nothing listed
+    plain.send({(T, 0): 7})
+    net.answer(1, {0: b""}, last_stable_offset=80, aborted_transactions=None)
+    (answer,) = plain.receive(0.0)
+    assert net.to(1)[0].isolation_level == 0
+    assert (answer.fetched.end, answer.fetched.aborted) == (100, ())
 
 
 def test_a_session_names_only_what_changed_after_the_broker_created_it(net):

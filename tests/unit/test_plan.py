@@ -11,7 +11,7 @@ from relay.batches import Origin, Provenance, parse_provenance, rebuild, split_b
 from relay.config import TopicRoute
 from relay.engine.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
-from relay.resume import choose_start, delivered_in, origins
+from relay.resume import SourceOffsets, choose_start, delivered_in, origins, resume_points
 from relay.spec import PROVENANCE_HEADER as HEADER
 from relay.spec import PartitionRoute, provenance_prefix
 from relay.translation import copies_in
@@ -161,3 +161,27 @@ def test_choose_start_prefers_the_latest_safe_point() -> None:
 def test_choose_start_refuses_a_destination_ahead_of_the_source() -> None:
     with pytest.raises(KafkaSetupError, match="recreated"):
         choose_start(("a", 0), 51, None, 0, 10)
+
+
+def test_a_copy_past_the_stable_offset_is_checked_against_the_log_end() -> None:
+    """read_committed: the end is the last stable offset (30); a destination an older ktm wrote
+    read_uncommitted may hold an open transaction's records up to the log end (50), which is
+    read only then; past the log end it is refused as before."""
+    key, route = ("a", 0), PartitionRoute("a", 0, "b", 0)
+    asked: list[Any] = []
+
+    def log_end(k: Any) -> int:
+        asked.append(k)
+        return 50
+
+    offsets = SourceOffsets({key: 0}, {key: 30}, log_end)
+
+    assert resume_points([route], offsets, {key: 20}, {key: None})[key].next_offset == 20
+    assert asked == []  # within the stable offset: no question
+    point = resume_points([route], offsets, {key: 45}, {key: 40})[key]
+    assert (point.next_offset, asked) == (45, [key])
+    with pytest.raises(KafkaSetupError, match="recreated"):
+        resume_points([route], offsets, {key: 51}, {key: None})
+    # read_uncommitted: no second end
+    with pytest.raises(KafkaSetupError, match="recreated"):
+        resume_points([route], SourceOffsets({key: 0}, {key: 30}), {key: 45}, {key: None})

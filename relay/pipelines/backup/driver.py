@@ -98,10 +98,11 @@ class BackupPipeline(FromSources):
 
     def _resume(self, key: SourcePartition, stored: int | None, offsets: Any) -> int:
         """After the last segment; from the log's start when the store has nothing yet."""
-        begin, end = offsets.begin[key], offsets.end[key]
+        begin = offsets.begin[key]
         if stored is None:
             log.info("backup topic=%s partition=%s from the beginning (%s)", key[0], key[1], begin)
             return begin
+        end = offsets.limit(key, stored)
         if stored > end:
             raise KafkaSetupError(
                 f"{key[0]}[{key[1]}]: the store holds offsets up to {stored} but the source ends "
