@@ -197,6 +197,68 @@ def several_batches_in_flight(producer: Any) -> None:
     client.connection_delay = busy_aware
 
 
+def on_reenqueue(acc: Any, reenqueue: Callable[[Any, float | None], None]) -> None:
+    """Let `reenqueue(batch, now)` put a batch the sender retries back in its partition's queue
+    (kafka-python puts it first, `appendleft`). Called on the I/O thread."""
+    _attr(acc, "reenqueue", "RecordAccumulator.reenqueue")
+    acc.reenqueue = lambda batch, now=None: reenqueue(batch, now)
+
+
+def on_drain(acc: Any, hook: Callable[[dict[int, list[Any]]], None]) -> None:
+    """Call `hook({node id: batches})` with what each drain took from the queues (I/O thread)."""
+    drain = _attr(acc, "drain", "RecordAccumulator.drain")
+
+    def drain_and_hook(cluster: Any, nodes: Any, max_size: int, now: float | None = None) -> Any:
+        drained = drain(cluster, nodes, max_size, now=now)
+        hook(drained)
+        return drained
+
+    acc.drain = drain_and_hook
+
+
+def on_answered(producer: Any, hook: Callable[[Any], None]) -> None:
+    """Call `hook(batch)` once a batch is no longer in flight: acknowledged, failed, split or
+    re-enqueued (kafka-python drops it from `Sender._in_flight_batches` then; I/O thread)."""
+    the_sender = sender(producer)
+    forget = _attr(
+        the_sender,
+        "_maybe_remove_from_inflight_batches",
+        "Sender._maybe_remove_from_inflight_batches",
+    )
+
+    def forget_and_hook(batch: Any) -> None:
+        forget(batch)
+        hook(batch)
+
+    the_sender._maybe_remove_from_inflight_batches = forget_and_hook
+
+
+def batches_in_flight(producer: Any, tp: Any) -> list[Any]:
+    """The batches of one partition sent and not answered yet (I/O thread only)."""
+    in_flight = _attr(sender(producer), "_in_flight_batches", "Sender._in_flight_batches")
+    return [batch for _, batch in in_flight.get(tp, ())]
+
+
+def muted_partitions(acc: Any) -> set[Any]:
+    """The partitions the sender neither drains nor counts as ready (I/O thread only)."""
+    muted = _attr(acc, "muted", "RecordAccumulator.muted")
+    if not isinstance(muted, set):
+        raise Missing("RecordAccumulator.muted")
+    return muted
+
+
+def on_batch_error(producer: Any, translate: Callable[[Any, Any], Any]) -> None:
+    """Let `translate(batch, error)` replace the error kafka-python decides a failed batch's
+    fate by (retry, split or fail), before it decides (I/O thread)."""
+    the_sender = sender(producer)
+    dispatch = _attr(the_sender, "_dispatch_error", "Sender._dispatch_error")
+
+    def translate_and_dispatch(batch: Any, exception: Any, partition_response: Any) -> Any:
+        return dispatch(batch, translate(batch, exception), partition_response)
+
+    the_sender._dispatch_error = translate_and_dispatch
+
+
 def stop_sending(producer: Any, timeout: float) -> None:
     """End the I/O thread without sending what is queued (every delivery not completed fails)."""
     the_sender = sender(producer)
@@ -348,6 +410,10 @@ def _has(module: str, owner: str, *names: str) -> Callable[[], bool]:
     return present
 
 
+def _all(*checks: Callable[[], bool]) -> Callable[[], bool]:
+    return lambda: all(check() for check in checks)
+
+
 def _takes_popen_kwargs() -> bool:
     try:
         from pyspark.java_gateway import launch_gateway
@@ -368,6 +434,13 @@ INTERNALS = (
         _has("kafka.producer.sender", "Sender", "_dispatch_error", "force_close", "wakeup",
              "add_topic"),
         None,
+    ),
+    Internal(
+        "RecordAccumulator.reenqueue and drain, Sender._maybe_remove_from_inflight_batches",
+        "kafka-python",
+        _all(_has("kafka.producer.record_accumulator", "RecordAccumulator", "reenqueue", "drain"),
+             _has("kafka.producer.sender", "Sender", "_maybe_remove_from_inflight_batches")),
+        "one produce request per partition at a time (slower across long links)",
     ),
     Internal(
         "KafkaProducer._wait_on_metadata", "kafka-python",

@@ -42,6 +42,7 @@ from relay import internals
 from relay.batches import DestBatch
 from relay.clients.batch_produce import BatchDelivery, append_batches, has_batch_internals
 from relay.clients.delivery import Delivery, error_of
+from relay.clients.retry_order import RetryOrder
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import TargetConfig
 
@@ -66,6 +67,9 @@ Item = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 # (how many of the given records, the delivery of the run holding them)
 Segment = tuple[int, Delivery]
+
+# Destination partitions a batch failed on for good, and its error
+Failed = dict[TopicPartition, BaseException]
 
 
 def producer_settings(target: TargetConfig) -> dict[str, Any]:
@@ -106,7 +110,7 @@ class Producer:
         self.ack_deadline = 2 * settings["delivery_timeout_ms"] / 1000 + 5
         self._closed = False
         # Destination partitions a batch failed on: nothing more may be appended to them
-        self._failed: set[TopicPartition] = set()
+        self._failed: Failed = {}
         self._bulk = bulk and _takes_bulk(self._producer, self._failed)
         self._held = 0  # depth of `held()`: appends inside wake the I/O thread once, at its end
         self._unwoken = False
@@ -114,10 +118,7 @@ class Producer:
         # only once the bulk internals are known to be there
         self.takes_built = self._bulk and has_batch_internals(self._producer)
         if target.max_in_flight > 1:
-            try:
-                internals.several_batches_in_flight(self._producer)
-            except internals.Missing as exc:
-                log.warning("%s: one produce request per partition at a time", exc)
+            _several_in_flight(self._producer, settings["enable_idempotence"])
 
     def warm(self, topics: Iterable[str]) -> None:
         """The destination topics' metadata before the first send, in one request."""
@@ -129,7 +130,7 @@ class Producer:
             return []
         if not self._bulk:
             if TopicPartition(topic, partition) in self._failed:
-                raise PartitionFailed(topic, partition)
+                raise PartitionFailed(topic, partition, self._failed)
             return [(1, Delivery(self._send_one(topic, partition, item), False)) for item in items]
         tp = TopicPartition(topic, partition)
         internals.known_partitions(self._producer, topic)
@@ -147,7 +148,7 @@ class Producer:
 
         def refused(tp: TopicPartition) -> None:
             if tp in self._failed:
-                raise PartitionFailed(tp.topic, tp.partition)
+                raise PartitionFailed(tp.topic, tp.partition, self._failed)
 
         deliveries = append_batches(self._producer, topic, partition, batches, refused)
         self._wake()
@@ -209,7 +210,7 @@ class Producer:
             internals.stop_sending(self._producer, timeout)
 
 
-def _takes_bulk(producer: KafkaProducer, failed: set[TopicPartition]) -> bool:
+def _takes_bulk(producer: KafkaProducer, failed: Failed) -> bool:
     """Install the hooks the bulk paths need; False (the record path, one `send()` per record)
     when kafka-python's internals are not the ones read (a warning says which)."""
     try:
@@ -226,15 +227,28 @@ def _takes_bulk(producer: KafkaProducer, failed: set[TopicPartition]) -> bool:
     return True
 
 
+def _several_in_flight(producer: KafkaProducer, idempotent: bool) -> None:
+    """Up to max_in_flight batches of a partition at once, their retries in sequence order
+    (relay.clients.retry_order); one at a time, kafka-python's way, when either cannot be
+    installed: several at once with retries out of order would fail rounds whenever a
+    destination leader moves."""
+    try:
+        if idempotent:
+            RetryOrder(producer).install()
+        internals.several_batches_in_flight(producer)
+    except internals.Missing as exc:
+        log.warning("%s: one produce request per partition at a time", exc)
+
+
 def _append_bulk(
-    acc: Any, tp: TopicPartition, items: Sequence[Item], failed: set[TopicPartition]
+    acc: Any, tp: TopicPartition, items: Sequence[Item], failed: Failed
 ) -> list[Segment]:
     """What RecordAccumulator.append does, for many records under one lock acquisition."""
     now = time.monotonic()
     segments: list[Segment] = []
     with internals.appending(acc), internals.partition_lock(acc, tp):
         if tp in failed:  # under the lock the failure hook takes: no append slips past it
-            raise PartitionFailed(tp.topic, tp.partition)
+            raise PartitionFailed(tp.topic, tp.partition, failed)
         dq = internals.partition_queue(acc, tp)
         batch: Any = dq[-1] if dq else None
         count = 0
@@ -265,11 +279,13 @@ class PartitionFailed(Exception):
 
     retriable = True
 
-    def __init__(self, topic: str, partition: int):
-        super().__init__(f"an earlier batch to {topic}[{partition}] failed")
+    def __init__(self, topic: str, partition: int, failed: Failed) -> None:
+        # with its error: a task that meets this before the failed delivery still says why
+        error = failed.get(TopicPartition(topic, partition))
+        super().__init__(f"an earlier batch to {topic}[{partition}] failed ({error})")
 
 
-def _stop_partition(acc: Any, failed: set[TopicPartition], batch: Any, future: Any) -> None:
+def _stop_partition(acc: Any, failed: Failed, batch: Any, future: Any) -> None:
     """When a batch fails for good, fail the partition's batches still queued behind it and
     refuse new ones. kafka-python would send them: a batch that expired before it was sent used
     no sequence number, and after an epoch bump sequences start over, so the broker takes the
@@ -282,7 +298,7 @@ def _stop_partition(acc: Any, failed: set[TopicPartition], batch: Any, future: A
         return
     tp = batch.topic_partition
     with internals.partition_lock(acc, tp):
-        failed.add(tp)
+        failed.setdefault(tp, error)
         queue = internals.partition_queue(acc, tp)
         queued = list(queue)
         queue.clear()

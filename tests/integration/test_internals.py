@@ -40,9 +40,24 @@ def test_the_producer_internals(source_broker):
         internals.on_batch_failure(producer, lambda batch, future: failures.append(batch))
         internals.on_batch_split(acc, lambda batch, halves: None)
         internals.several_batches_in_flight(producer)
+        seen: list[tuple[str, object]] = []
+
+        def drained(by_node: dict[int, list[object]]) -> None:
+            seen.extend(("drained", batch) for batches in by_node.values() for batch in batches)
+
+        internals.on_drain(acc, drained)
+        internals.on_answered(producer, lambda batch: seen.append(("answered", batch)))
+        internals.on_batch_error(producer, lambda batch, error: error)
+        internals.on_reenqueue(acc, lambda batch, now: seen.append(("retried", batch)))
+        assert internals.muted_partitions(acc) == set()
         future = producer.send(topic, b"v", partition=1)
         internals.wake_sender(producer)
         future.get(timeout=30)
+        deadline = time.monotonic() + 10
+        while len(seen) < 2 and time.monotonic() < deadline:  # answered right after the future
+            time.sleep(0.01)
+        assert [what for what, _ in seen] == ["drained", "answered"]  # one batch, acknowledged
+        assert seen[0][1] is seen[1][1] and internals.batches_in_flight(producer, tp) == []
         batch = next(iter(internals.partition_queue(acc, tp)), None)
         assert batch is None or not internals.still_incomplete(acc, batch)
         assert internals.metadata_config(producer)["allow_auto_create_topics"] in (True, False)
