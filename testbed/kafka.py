@@ -22,13 +22,16 @@ import base64
 import ctypes
 import fcntl
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +142,44 @@ def _resolve(version: str, home: Path, lib: Path) -> None:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the process that started it ends (a test run
-    interrupted mid-way leaves no broker behind). Linux's PR_SET_PDEATHSIG; elsewhere nothing."""
+    """In the child, before exec: SIGKILL when the thread that started it ends: `_Spawner`'s,
+    which lives as long as the process (a test run interrupted mid-way leaves no broker
+    behind). Linux's PR_SET_PDEATHSIG; elsewhere nothing."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+class _Spawner:
+    """Starts processes from one thread that lives as long as this process: PR_SET_PDEATHSIG
+    fires when the *thread* that forked a child ends, and a node launched from a test's helper
+    thread would die with that thread."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, args: list[str], **how: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kafka-spawner", daemon=True)
+                self._thread.start()
+        done: Future[subprocess.Popen[bytes]] = Future()
+        self._jobs.put((lambda: subprocess.Popen(args, **how), done))
+        return done.result()
+
+    def _run(self) -> None:
+        while True:
+            job, done = self._jobs.get()
+            try:
+                done.set_result(job())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                done.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
 
 
 def _cluster_id() -> str:
@@ -235,7 +270,7 @@ class KafkaNode:
             return
         config = self._write_config()
         with open(self.home / "stdout.log", "ab") as out:
-            self._proc = subprocess.Popen(
+            self._proc = _SPAWNER.popen(
                 self._java("kafka.Kafka", str(config), heap=JVM_HEAP),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=_die_with_parent,
@@ -440,7 +475,7 @@ class KafkaCluster:
         finally:
             admin.close()
         return [
-            (t["topic"], p["partition_index"])
+            (t["name"], p["partition_index"])
             for t in described
             for p in t["partitions"]
             if len(p["isr_nodes"]) < len(p["replica_nodes"])

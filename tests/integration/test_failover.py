@@ -204,7 +204,7 @@ def topics_on(bootstrap: str) -> list[str]:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         # all topics (names none); Kafka's internal ones (__consumer_offsets) are not data
-        found = (t["topic"] for t in admin.describe_topics())
+        found = (t["name"] for t in admin.describe_topics())
         return sorted(name for name in found if not name.startswith("__"))
     finally:
         admin.close()
