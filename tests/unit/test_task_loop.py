@@ -280,6 +280,14 @@ def test_a_failed_run_followed_by_an_acknowledged_one_is_a_hole_the_task_reports
     assert "offsets 3-5" in str(failure) and getattr(failure, "hole", False)
     progress = part.progress(None)
     assert progress.next_offset == 3 and progress.hole  # the driver resumes exactly here
+    # retried whatever the cause: only this process knows to resume at 3, not after the tail
+    from relay.engine.executor.task import _error
+
+    class Refused(Exception):
+        retriable = False
+
+    failure.__cause__ = Refused("for good")
+    assert _error(failure).retriable
 
 
 def test_backup_decodes_batches_into_segments_as_stored(tmp_path: Path) -> None:

@@ -293,7 +293,11 @@ def _error(exc: BaseException, cause: BaseException | None = None) -> TaskError:
     if isinstance(exc, Refused):  # the partition halts; its message names the record
         return TaskError("target", str(exc), False, key, exc.halt_at)
     if isinstance(exc, DeliveryFailure):  # its message names the records already
-        return TaskError("target", str(exc), is_retriable(exc.__cause__ or exc), key)
+        # After a hole the destination's tail is past records it lacks: only this process
+        # knows where to resume (the partition is pinned), so the round is retried rather than
+        # the relay stopped, whatever the cause (a restart would resume after the tail).
+        retriable = exc.hole or is_retriable(exc.__cause__ or exc)
+        return TaskError("target", str(exc), retriable, key)
     if isinstance(exc, SourceFailure):
         kind, cause = "source", cause or exc.__cause__ or exc
     elif isinstance(exc, TargetFailure):
