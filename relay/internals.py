@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -281,15 +281,6 @@ def position(consumer: Any, tp: Any) -> int | None:
     return None if found is None else int(found.offset)
 
 
-def seek_many(consumer: Any, offsets: Mapping[Any, int]) -> None:
-    """`KafkaConsumer.seek` for many assigned partitions: the public one builds a set of the
-    whole assignment for every call (2,000 partitions: 0.1 s of CPU; 10,000: 2.5 s)."""
-    subscription = _attr(consumer, "_subscription", "KafkaConsumer._subscription")
-    assigned = subscription.assignment
-    for tp, offset in offsets.items():
-        assigned[tp].seek(offset)
-
-
 def request_rejoin(consumer: Any) -> None:
     """Make this member rejoin its group (with new metadata) without leaving it."""
     coordinator = _attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
@@ -446,11 +437,6 @@ INTERNALS = (
         "KafkaProducer._wait_on_metadata", "kafka-python",
         _has("kafka.producer.kafka", "KafkaProducer", "_wait_on_metadata"),
         "producing one record at a time (several times the CPU)",
-    ),
-    Internal(
-        "TopicPartitionState.seek", "kafka-python",
-        _has("kafka.consumer.subscription_state", "TopicPartitionState", "seek"),
-        None,
     ),
     Internal(
         "ConsumerCoordinator.request_rejoin and ensure_active_group", "kafka-python",

@@ -79,7 +79,7 @@ def test_the_consumer_group_and_admin_internals(source_broker):
         while not consumer.assignment() and time.monotonic() < deadline:
             consumer.poll(timeout_ms=200)
         tp = TopicPartition(topic, 0)
-        internals.seek_many(consumer, {tp: 5})
+        consumer.seek(tp, 5)
         assert internals.position(consumer, tp) == 5
         consumer.seek(tp, 0)
         assert internals.position(consumer, tp) == 0
