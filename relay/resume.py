@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.batches import Provenance, SourceBatch, last_provenance
+from relay.batches.provenance import PROVENANCE_HEADER
 from relay.batches.records import Decoded, decode_batch
 from relay.clients import admin, tails
 from relay.config import ClusterConfig
@@ -48,6 +49,9 @@ class Delivered:
 
     next_offset: int  # the source offset after it
     record: Any  # the destination's copy (key, value, timestamp compared on failover)
+    # Its batch is LogAppendTime (a destination topic with message.timestamp.type=
+    # LogAppendTime): its timestamp is the broker's append time, not the source's.
+    broker_time: bool = False
 
     @property
     def offset(self) -> int:
@@ -83,7 +87,7 @@ def delivered_in(
             if key in wanted and (
                 key not in found or provenance.next_offset >= found[key].next_offset
             ):
-                found[key] = Delivered(provenance.next_offset, record)
+                found[key] = Delivered(provenance.next_offset, record, batch.log_append_time)
     return found
 
 
@@ -221,13 +225,26 @@ REASONS = {
 }
 
 
-def same_record(copy: Any, source: Any) -> bool:
+def same_record(copy: Any, source: Any, broker_time: bool = False) -> bool:
     """Continuity fingerprint: a relayed record and a source record are the same record.
 
     Key, value and CreateTime travel unchanged, so they identify the record across identical
-    nodes without trusting offsets alone.
+    nodes without trusting offsets alone. `broker_time`: the copy's timestamp is its
+    destination's append time (a LogAppendTime topic overwrote what ktm wrote), which says
+    nothing of the source record: key, value and headers are compared, not the timestamp.
     """
-    return (copy.key, copy.value, copy.timestamp) == (source.key, source.value, source.timestamp)
+    if (copy.key, copy.value) != (source.key, source.value):
+        return False
+    if without_provenance(copy.headers) != list(source.headers):
+        return False
+    return broker_time or copy.timestamp == source.timestamp
+
+
+def without_provenance(headers: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """A copy's headers less the `ktm.src` header this hop appended after the record's own
+    (an earlier hop's, before it, stays: the source record has it too)."""
+    found = list(headers)
+    return found[:-1] if found and found[-1][0] == PROVENANCE_HEADER else found
 
 
 def check_continuity(
@@ -247,11 +264,10 @@ def check_continuity(
     found = admin.records_at(node, {k: d.offset for k, d in at_destination.items()}, timeout)
     for key, last in sorted(at_destination.items()):
         record = found.get(key)
-        if record is not None and same_record(last.record, record):
+        if record is not None and same_record(last.record, record, last.broker_time):
             continue
-        what = (
-            "has no record" if record is None else "holds a different record (key/value/timestamp)"
-        )
+        compared = "key/value/headers" if last.broker_time else "key/value/headers/timestamp"
+        what = "has no record" if record is None else f"holds a different record ({compared})"
         message = (
             f"continuity check failed: source node {node.name} {what} at {key[0]}[{key[1]}] "
             f"offset {last.offset}, which the destination already holds; resuming there would "

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+from crc32c import crc32c
 
+from relay import resume
 from relay.batches import Origin, Provenance, parse_provenance, rebuild, split_batches
-from relay.config import TopicRoute
+from relay.config import ClusterConfig, TopicRoute
 from relay.engine.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
 from relay.resume import choose_start, delivered_in, origins
@@ -161,3 +163,70 @@ def test_choose_start_prefers_the_latest_safe_point() -> None:
 def test_choose_start_refuses_a_destination_ahead_of_the_source() -> None:
     with pytest.raises(KafkaSetupError, match="recreated"):
         choose_start(("a", 0), 51, None, 0, 10)
+
+
+class SourceRecord(NamedTuple):
+    """What `admin.records_at` gives: a kafka-python ConsumerRecord's fields compared."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+
+
+def _broker_time(batch: Any, append_time: int) -> Any:
+    """`batch` as a LogAppendTime destination topic stores it: the attribute set and its max
+    timestamp overwritten by the broker's append time."""
+    payload = bytearray(batch.data)
+    (attributes,) = struct.unpack_from(">h", payload, 21)
+    struct.pack_into(">h", payload, 21, attributes | 0x08)
+    struct.pack_into(">q", payload, 35, append_time)
+    struct.pack_into(">I", payload, 17, crc32c(bytes(payload[21:])))
+    return split_batches(payload)[0][0]
+
+
+def _continuity(monkeypatch, batch: Any, source: SourceRecord) -> None:
+    monkeypatch.setattr(resume.admin, "records_at", lambda node, wanted, timeout: {
+        key: source for key in wanted})  # fmt: skip
+    node = ClusterConfig("node2", ("n:1",))
+    resume.check_continuity(node, delivered_in([batch], {("a", 0)}), "stop", 1.0)
+
+
+def test_continuity_on_a_log_append_time_destination_compares_all_but_the_timestamp(
+    monkeypatch,
+) -> None:
+    """The destination's broker stamped its own time on the copy: a failover to a node that
+    holds the same record goes on; one that holds another record still stops."""
+    source = recs(10, 4)
+    last = source[-1]
+    batch = _broker_time(_batch_form(source, 10, at=40), append_time=T0 + 10**9)
+    (found,) = delivered_in([batch], {("a", 0)}).values()
+    assert found.broker_time and found.record.timestamp == T0 + 10**9
+    same = SourceRecord(last.key, last.value, list(last.headers), last.timestamp)
+    _continuity(monkeypatch, batch, same)
+    for other in (same._replace(value=b"other"), same._replace(headers=[("h1", b"y")])):
+        with pytest.raises(resume.ContinuityError, match=r"\(key/value/headers\)"):
+            _continuity(monkeypatch, batch, other)
+
+
+def test_continuity_on_a_create_time_destination_compares_the_timestamp(monkeypatch) -> None:
+    source = recs(10, 4)
+    last = source[-1]
+    batch = _batch_form(source, 10, at=40)
+    same = SourceRecord(last.key, last.value, list(last.headers), last.timestamp)
+    _continuity(monkeypatch, batch, same)
+    with pytest.raises(resume.ContinuityError, match="key/value/headers/timestamp"):
+        _continuity(monkeypatch, batch, same._replace(timestamp=last.timestamp + 1))
+
+
+def test_continuity_keeps_an_earlier_hops_provenance_as_the_records_own_header(
+    monkeypatch,
+) -> None:
+    """Relayed twice (A to B to C): the source record on B has A's header; the copy on C has
+    it and C's own after it, which alone is not the record's."""
+    source = recs(10, 3)
+    source[-1].headers.append((HEADER, b"A/a/0/700-720"))
+    last = source[-1]
+    batch = _batch_form(source, 10, at=40)
+    _continuity(monkeypatch, batch,
+                SourceRecord(last.key, last.value, list(last.headers), last.timestamp))  # fmt: skip
