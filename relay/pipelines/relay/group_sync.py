@@ -132,7 +132,8 @@ class GroupSync:
             {d for g in groups for d, keys in by_dest.items() if _any(on_source[g], keys)}
         )
         self._seen = {}
-        with closing(Translator(self.target, self.timeout)) as translator:
+        sole = frozenset(dest for dest, keys in by_dest.items() if len(keys) == 1)
+        with closing(Translator(self.target, self.timeout, sole)) as translator:
             bounds = translator.bounds(wanted) if wanted else {}
             self._search_all(translator, groups, by_dest, on_source, bounds)
         results = []
