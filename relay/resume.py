@@ -17,6 +17,18 @@ the group's committed offset when that is later (the last records may all have b
 out). kaf-relay assumes destination offset N == source offset N; that breaks with filters,
 fixed partitions, fan-in, other writers or a log not starting at 0.
 
+A compacted destination's log cleaner removes records a later one supersedes (and tombstones),
+in closed segments only: it may remove the record at a batch's last offset, which carries the
+batch form's header, and keeps the batch's last offset (Kafka's MemoryRecords.filterTo; a batch
+it empties is dropped, unless it is its producer's last). Such a batch has **lost its
+provenance**: its surviving records copied source offsets nothing names any more (the header
+its last survivor may carry is an earlier hop's, never this hop's). The active segment is
+never cleaned, so a destination partition's last batch keeps its header: a partition fed by
+one source partition resumes exactly. With several, one may have written its last copies long
+ago; when a batch after them lost its provenance or is gone, the destination cannot say
+whether it was that source partition's (**unsettled**), and the relay group's committed offset
+(committed after the destination acknowledged) decides.
+
 Used by the driver (start-up, after a failed round, on failover) and by a retried task.
 """
 
@@ -26,9 +38,10 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from relay.batches import Provenance, SourceBatch, last_provenance
+from relay.batches.provenance import PROVENANCE_HEADER
 from relay.batches.records import Decoded, decode_batch
 from relay.clients import admin, tails
 from relay.config import ClusterConfig
@@ -48,6 +61,9 @@ class Delivered:
 
     next_offset: int  # the source offset after it
     record: Any  # the destination's copy (key, value, timestamp compared on failover)
+    # Its batch is LogAppendTime (a destination topic with message.timestamp.type=
+    # LogAppendTime): its timestamp is the broker's append time, not the source's.
+    broker_time: bool = False
 
     @property
     def offset(self) -> int:
@@ -62,13 +78,40 @@ def origins(batch: SourceBatch) -> list[tuple[Provenance, Decoded]]:
         return []
     found = last_provenance(last[0].headers)
     if found is not None and found.batch:
-        return [(found, last[0])]
+        # this hop's header is on the record at the batch's last offset, or was cleaned away
+        return [(found, last[0])] if last[0].offset == batch.last_offset else []
     out = []
     for record in decode_batch(batch):
         found = last_provenance(record.headers)
         if found is not None and not found.batch:
             out.append((found, record))
     return out
+
+
+def provenance_lost(batch: SourceBatch) -> bool:
+    """Whether a data batch lost its provenance to a log cleaner (see above): the record at
+    its last offset is gone and no survivor names its own source (the record form), or the
+    cleaner left only the batch's header (no record at all)."""
+    if batch.is_control:
+        return False
+    last = decode_batch(batch, last_only=True)
+    return not last or (last[0].offset != batch.last_offset and not origins(batch))
+
+
+def unsettled_in(batches: list[SourceBatch], wanted: set[SourcePartition]) -> set[SourcePartition]:
+    """The wanted source partitions whose next offset `batches` (a destination partition's
+    tail, in order) cannot settle: after the last batch naming them (or anywhere, for one
+    none names) lies a batch that lost its provenance, or a gap in offsets (batches the
+    cleaner dropped whole): either may have been theirs."""
+    named: dict[SourcePartition, int] = {}
+    doubt = -1  # the index of the last batch with a doubt just before or in it
+    for index, batch in enumerate(batches):
+        gap = index > 0 and batch.base_offset > batches[index - 1].next_offset
+        if gap or provenance_lost(batch):
+            doubt = index
+        for provenance, _ in origins(batch):
+            named[(provenance.topic, provenance.partition)] = index
+    return {key for key in wanted if named.get(key, -1) < doubt}
 
 
 def delivered_in(
@@ -83,13 +126,26 @@ def delivered_in(
             if key in wanted and (
                 key not in found or provenance.next_offset >= found[key].next_offset
             ):
-                found[key] = Delivered(provenance.next_offset, record)
+                found[key] = Delivered(provenance.next_offset, record, batch.log_append_time)
     return found
 
 
-def delivered(
+class AtDestination(NamedTuple):
+    """What the destination's tails say of each source partition."""
+
+    delivered: dict[SourcePartition, Delivered]  # those it holds records of
+    unsettled: frozenset[SourcePartition]  # those whose next offset it cannot settle
+    tails: dict[tuple[str, int], list[SourceBatch]]  # what was read of each partition
+    feeders: dict[tuple[str, int], set[SourcePartition]]  # the source partitions of each
+
+    @property
+    def next_offsets(self) -> dict[SourcePartition, int]:
+        return {key: d.next_offset for key, d in self.delivered.items()}
+
+
+def at_destination(
     target: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
-) -> dict[SourcePartition, Delivered]:
+) -> AtDestination:
     """What each source partition delivered, from the tail of the destination partitions.
 
     Several source partitions may feed one destination partition (a fixed partition, or two
@@ -104,16 +160,25 @@ def delivered(
 
     found_tails = tails.read_tails(target, sorted(feeders), satisfied, timeout)
     found: dict[SourcePartition, Delivered] = {}
+    unsettled: set[SourcePartition] = set()
     for dest, batches in found_tails.items():
         found.update(delivered_in(batches, feeders[dest]))
-    return found
+        unsettled |= unsettled_in(batches, feeders[dest])
+    return AtDestination(found, frozenset(unsettled), found_tails, dict(feeders))
+
+
+def delivered(
+    target: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
+) -> dict[SourcePartition, Delivered]:
+    """`at_destination`'s records delivered."""
+    return at_destination(target, routes, timeout).delivered
 
 
 def destination_next_offsets(
     target: ClusterConfig, routes: Iterable[PartitionRoute], timeout: float
 ) -> dict[SourcePartition, int]:
     """The next offset of each source partition the destination holds records of."""
-    return {key: d.next_offset for key, d in delivered(target, routes, timeout).items()}
+    return at_destination(target, routes, timeout).next_offsets
 
 
 @dataclass(frozen=True)
@@ -184,20 +249,23 @@ def source_offsets(
 def resume_points(
     routes: list[PartitionRoute],
     offsets: SourceOffsets,
-    at_destination: dict[SourcePartition, int],
+    found: dict[SourcePartition, int],
     committed: dict[SourcePartition, int | None],
+    unsettled: frozenset[SourcePartition] = frozenset(),
 ) -> dict[SourcePartition, ResumePoint]:
-    """Each partition's next offset: after what the destination holds, or the committed one.
+    """Each partition's next offset: after what the destination holds (`found`), or the
+    committed one.
 
-    `offsets` must have been read after `at_destination` and `committed`: both only grow while
-    other members relay, so read earlier they cannot pass the end unless the topic was
-    recreated (choose_start refuses that), while read later they could, falsely.
+    `offsets` must have been read after `found` and `committed`: both only grow while other
+    members relay, so read earlier they cannot pass the end unless the topic was recreated
+    (choose_start refuses that), while read later they could, falsely.
 
-    One summary line; each partition's at debug (thousands of lines otherwise)."""
+    One summary line; each partition's at debug (thousands of lines otherwise), and one
+    warning naming those the destination could not settle and no committed offset did."""
     points = {}
     for route in routes:
         key = route.key
-        held, done = at_destination.get(key), committed.get(key)
+        held, done = found.get(key), committed.get(key)
         end = offsets.limit(key, max(held or 0, done or 0))
         point = choose_start(key, held, done, offsets.begin[key], end)
         points[key] = point
@@ -211,7 +279,26 @@ def resume_points(
         )
     if points:
         log.info("%s", resume_summary(points, offsets.end))
+    warn_unsettled({key: point.next_offset for key, point in points.items()}, unsettled)
     return points
+
+
+def warn_unsettled(
+    nexts: dict[SourcePartition, int], unsettled: frozenset[SourcePartition]
+) -> None:
+    """One line naming the source partitions that resume where neither the destination nor a
+    committed offset could settle (relay.attribution: survivors of batches that lost their
+    provenance may be their records)."""
+    doubtful = sorted(key for key in unsettled if key in nexts)
+    if not doubtful:
+        return
+    named = ", ".join(f"{t}[{p}]@{nexts[(t, p)]}" for t, p in doubtful[:5])
+    log.warning(
+        "%d source partition(s) resume where a compacted destination cannot settle (%s%s): "
+        "records after it may be there already, their provenance removed by its log cleaner, "
+        "and be copied again",
+        len(doubtful), named, ", ..." if len(doubtful) > 5 else "",
+    )  # fmt: skip
 
 
 def resume_summary(
@@ -237,13 +324,26 @@ REASONS = {
 }
 
 
-def same_record(copy: Any, source: Any) -> bool:
+def same_record(copy: Any, source: Any, broker_time: bool = False) -> bool:
     """Continuity fingerprint: a relayed record and a source record are the same record.
 
     Key, value and CreateTime travel unchanged, so they identify the record across identical
-    nodes without trusting offsets alone.
+    nodes without trusting offsets alone. `broker_time`: the copy's timestamp is its
+    destination's append time (a LogAppendTime topic overwrote what ktm wrote), which says
+    nothing of the source record: key, value and headers are compared, not the timestamp.
     """
-    return (copy.key, copy.value, copy.timestamp) == (source.key, source.value, source.timestamp)
+    if (copy.key, copy.value) != (source.key, source.value):
+        return False
+    if without_provenance(copy.headers) != list(source.headers):
+        return False
+    return broker_time or copy.timestamp == source.timestamp
+
+
+def without_provenance(headers: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """A copy's headers less the `ktm.src` header this hop appended after the record's own
+    (an earlier hop's, before it, stays: the source record has it too)."""
+    found = list(headers)
+    return found[:-1] if found and found[-1][0] == PROVENANCE_HEADER else found
 
 
 def check_continuity(
@@ -263,11 +363,10 @@ def check_continuity(
     found = admin.records_at(node, {k: d.offset for k, d in at_destination.items()}, timeout)
     for key, last in sorted(at_destination.items()):
         record = found.get(key)
-        if record is not None and same_record(last.record, record):
+        if record is not None and same_record(last.record, record, last.broker_time):
             continue
-        what = (
-            "has no record" if record is None else "holds a different record (key/value/timestamp)"
-        )
+        compared = "key/value/headers" if last.broker_time else "key/value/headers/timestamp"
+        what = "has no record" if record is None else f"holds a different record ({compared})"
         message = (
             f"continuity check failed: source node {node.name} {what} at {key[0]}[{key[1]}] "
             f"offset {last.offset}, which the destination already holds; resuming there would "

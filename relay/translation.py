@@ -9,6 +9,16 @@ share one destination partition (`dest:N`), so the search is a binary search ove
 batches: a few small fetches, not a scan. MirrorMaker 2 translates through sparse offset syncs
 instead and may land before that point.
 
+A compacted destination's log cleaner may remove the record that named a batch's source
+offsets (`relay.resume`: the batch lost its provenance), and keeps the batch's survivors. The
+search finds the first copy still named; the batches between it and the last named copy
+before the offset are then looked at: where some lost their provenance, their survivors may be
+copies of offsets at or after it, and the translation is the first of them (the consumer may
+read a few records again, never skips one), unless it can be proved exactly: the destination
+partition has one source partition, no other batch lies between, and the destination offsets
+between the two named copies are as many as the source offsets between them (the cleaner
+keeps offsets), so each destination offset there held the next source offset in turn.
+
 Used by `ktm restore --groups` and by the relay's group sync (relay.pipelines.relay.group_sync).
 """
 
@@ -16,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
+from dataclasses import dataclass, field
 from typing import Any
 
 from relay.batches import SourceBatch
@@ -24,18 +35,24 @@ from relay.clients import admin
 from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.tails import fetch_ranges
 from relay.config import ClusterConfig
-from relay.resume import origins
+from relay.resume import origins, provenance_lost
 from relay.spec import SourcePartition
 
 SCAN_WINDOW = 1000  # destination offsets read per fetch while looking for a source's next copy
 
 
 def first_copy_at_or_after(
-    cluster: ClusterConfig, dest: TP, source: SourcePartition, offset: int, timeout: float
+    cluster: ClusterConfig,
+    dest: TP,
+    source: SourcePartition,
+    offset: int,
+    timeout: float,
+    sole: bool = False,
 ) -> int:
     """The destination offset in `dest` of the first copy of a record of `source` whose source
-    offset is >= `offset`; the partition's end if there is none."""
-    with closing(Translator(cluster, timeout)) as translator:
+    offset is >= `offset`; the partition's end if there is none. `sole`: `source` is the only
+    source partition copied into `dest`."""
+    with closing(Translator(cluster, timeout, frozenset({dest} if sole else ()))) as translator:
         bounds = translator.bounds([dest])
         return translator.first_copy(dest, source, offset, bounds[dest])
 
@@ -54,8 +71,9 @@ class Translator:
     once serves every search that needs it (many groups' searches of one partition start at
     the same middles)."""
 
-    def __init__(self, cluster: ClusterConfig, timeout: float):
-        self.cluster, self.timeout = cluster, timeout
+    def __init__(self, cluster: ClusterConfig, timeout: float, sole: frozenset[TP] = frozenset()):
+        """`sole`: the destination partitions one source partition alone is copied into."""
+        self.cluster, self.timeout, self.sole = cluster, timeout, sole
         self._fetcher = BatchFetcher(cluster, timeout)
         self._windows: dict[Window, list[SourceBatch]] = {}
 
@@ -75,7 +93,7 @@ class Translator:
         results: dict[int, int] = {}
         waiting: dict[int, tuple[SearchSteps, Window]] = {}
         for index, (dest, source, offset, (low, high)) in enumerate(asks):
-            steps = search_steps(low, high, offset, source, dest)
+            steps = search_steps(low, high, offset, source, dest, dest in self.sole)
             _advance(index, steps, None, waiting, results)
         while waiting:
             wanted: dict[TP, tuple[int, int]] = {}
@@ -116,16 +134,18 @@ def _advance(
 
 
 def search_steps(
-    low: int, high: int, offset: int, source: SourcePartition, dest: TP
+    low: int, high: int, offset: int, source: SourcePartition, dest: TP, sole: bool = False
 ) -> SearchSteps:
     """`search` as steps: yields each destination window it needs read, is sent its batches,
-    returns the destination offset."""
+    returns the destination offset. Then the batches before the copy found, back to the last
+    copy of an earlier offset, for those that lost their provenance (see above)."""
+    windows = _Windows(dest, low)
 
     def next_copies(lower: int, upper: int) -> Generator[Window, list[SourceBatch], list[Pair]]:
         position = lower
         while position < upper:
             window = min(upper, position + SCAN_WINDOW)
-            batches = yield (dest, position, window)
+            batches = yield from windows.read(position, window)
             for batch in batches:
                 found = [(d, s) for d, s in copies_in(batch, source) if lower <= d < upper]
                 if found:
@@ -133,10 +153,42 @@ def search_steps(
             position = max(window, batches[-1].next_offset) if batches else window
         return []
 
-    return (yield from _search(low, high, offset, next_copies))
+    found, settled = yield from _search(low, high, offset, next_copies)
+    at = found[0] if found else high
+    if settled:
+        return at
+    gap = yield from _walk_back(at, low, offset, source, windows.below)
+    return gap.settle(found, at, offset, sole)
+
+
+class _Windows:
+    """The windows one search of a destination partition read, each with every batch holding
+    an offset of its range."""
+
+    def __init__(self, dest: TP, low: int):
+        self.dest, self.low = dest, low
+        self.seen: list[tuple[int, int, list[SourceBatch]]] = []
+
+    def read(
+        self, lower: int, upper: int
+    ) -> Generator[Window, list[SourceBatch], list[SourceBatch]]:
+        batches = yield (self.dest, lower, upper)
+        self.seen.append((lower, upper, batches))
+        return batches
+
+    def below(self, position: int) -> Generator[Window, list[SourceBatch], Below]:
+        """The batches of a range just below `position` (and its lower offset): from a window
+        read already, else read now."""
+        for lower, upper, batches in self.seen:
+            ends = max([upper] + [b.next_offset for b in batches[-1:]])
+            if lower < position <= ends:
+                return lower, [b for b in batches if b.base_offset < position]
+        lower = max(self.low, position - SCAN_WINDOW)
+        return lower, (yield from self.read(lower, position))
 
 
 Pair = tuple[int, int]  # (destination offset, source offset) of one copy
+Below = tuple[int, list[SourceBatch]]  # a range's lower offset, and its batches below a point
 
 
 def search(low: int, high: int, offset: int, next_copies: Callable[[int, int], list[Pair]]) -> int:
@@ -153,7 +205,8 @@ def search(low: int, high: int, offset: int, next_copies: Callable[[int, int], l
     try:
         next(steps)
     except StopIteration as done:
-        return int(done.value)
+        found, _ = done.value
+        return int(found[0]) if found else high
     raise AssertionError("a search by callback asked for a window")  # pragma: no cover
 
 
@@ -162,21 +215,88 @@ def _search(
     high: int,
     offset: int,
     next_copies: Callable[[int, int], Generator[Any, Any, list[Pair]]],
-) -> Generator[Any, Any, int]:
-    best = high  # the first copy known to hold `offset` or later; the end until one is seen
+) -> Generator[Any, Any, tuple[Pair | None, bool]]:
+    """The first named copy of `offset` or later (None: none), and whether the copy before it
+    was found in the same batch (nothing can lie between them)."""
+    best: Pair | None = None  # the first copy known to hold `offset` or later
     while low < high:
         middle = (low + high) // 2
         found = yield from next_copies(middle, high)
         if found and found[0][1] < offset:
-            later = [d for d, s in found if s >= offset]
+            later = [(d, s) for d, s in found if s >= offset]
             if later:
-                return later[0]  # the copies before it all hold earlier source offsets
+                return later[0], True  # the copies before it all hold earlier source offsets
             low = found[-1][0] + 1  # every copy up to here holds an earlier source offset
             continue
         if found:
-            best = found[0][0]  # no copy lies in [middle, found[0][0])
+            best = found[0]  # no copy lies in [middle, found[0][0])
         high = middle
-    return best
+    return best, False
+
+
+@dataclass
+class Gap:
+    """What lies between the last named copy of an earlier offset (`before`; None: none) and
+    the one a search found: the batches that lost their provenance, in order, and whether any
+    other batch lies there."""
+
+    before: Pair | None = None
+    lost: list[SourceBatch] = field(default_factory=list)
+    other: bool = False
+
+    def settle(self, found: Pair | None, at: int, offset: int, sole: bool) -> int:
+        """The translation (`at`: the found copy's destination offset, or the end)."""
+        survivors = [d for batch in self.lost for d in record_offsets(batch)]
+        if not survivors:
+            return at
+        exact = self._exactly(found, at, offset) if sole else None
+        return survivors[0] if exact is None else exact
+
+    def _exactly(self, found: Pair | None, at: int, offset: int) -> int | None:
+        """The first survivor copying `offset` or later, when the destination offsets between
+        the two named copies match the source offsets between them one for one (every record
+        between was a copy, in turn: none was filtered, nobody else wrote there); else
+        None."""
+        if self.other or self.before is None or found is None:
+            return None
+        (last, last_source), (first, first_source) = self.before, found
+        if first - last != first_source - last_source:
+            return None
+        for batch in self.lost:
+            for dest in record_offsets(batch):
+                if last_source + dest - last >= offset:
+                    return dest
+        return at
+
+
+def _walk_back(
+    at: int,
+    low: int,
+    offset: int,
+    source: SourcePartition,
+    below: Callable[[int], Generator[Window, list[SourceBatch], Below]],
+) -> Generator[Window, list[SourceBatch], Gap]:
+    """The batches below destination offset `at`, newest first, back to one holding a named
+    copy of `source` earlier than `offset` (or to `low`)."""
+    gap, position = Gap(), at
+    while position > low:
+        lower, batches = yield from below(position)
+        position = lower if not batches else position  # nothing there: a gap the cleaner left
+        for batch in reversed(batches):
+            earlier = [(d, s) for d, s in copies_in(batch, source) if d < at and s < offset]
+            if earlier:
+                gap.before = earlier[-1]
+                gap.lost.reverse()
+                return gap
+            if batch.next_offset > at:
+                pass  # the found copy's own batch, whose records before it are no copies
+            elif provenance_lost(batch):
+                gap.lost.append(batch)
+            elif not batch.is_control:
+                gap.other = True
+            position = min(position, batch.base_offset)
+    gap.lost.reverse()
+    return gap
 
 
 def copies_in(batch: SourceBatch, source: SourcePartition) -> list[Pair]:
@@ -189,5 +309,11 @@ def copies_in(batch: SourceBatch, source: SourcePartition) -> list[Pair]:
             pairs.append((record.offset, provenance.last))
             continue
         sources = [o for first, last in provenance.runs for o in range(first, last + 1)]
-        pairs.extend(zip(record_offsets(batch), sources, strict=False))
+        if len(sources) == batch.header.last_offset_delta + 1:
+            # a record at each offset delta, the i-th copying the i-th offset listed: what a
+            # compacted destination's cleaner left of them keep their deltas
+            base = batch.base_offset
+            pairs.extend((dest, sources[dest - base]) for dest in record_offsets(batch))
+        else:
+            pairs.extend(zip(record_offsets(batch), sources, strict=False))
     return pairs

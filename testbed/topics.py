@@ -58,12 +58,21 @@ def led_partitions(described: dict[str, Any] | None) -> int:
     return sum(1 for p in described["partitions"] if p["error_code"] == 0 and p["leader_id"] >= 0)
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 4, *, timeout: float = 10.0) -> str:
-    """Create ``name`` and wait until metadata shows all its partitions with a leader."""
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int = 4,
+    *,
+    timeout: float = 10.0,
+    configs: dict[str, str] | None = None,
+) -> str:
+    """Create ``name`` (with topic ``configs``) and wait until metadata shows all its
+    partitions with a leader."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         # replication_factor -1: the broker's default, so an external multi-broker cluster works.
-        admin.create_topics({name: {"num_partitions": partitions, "replication_factor": -1}})
+        spec = {"num_partitions": partitions, "replication_factor": -1, "configs": configs or {}}
+        admin.create_topics({name: spec})
     finally:
         admin.close()
     wait_until(

@@ -16,15 +16,21 @@ import ssl
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource
 from kafka.errors import (
+    FencedMemberEpochError,
+    IllegalGenerationError,
     IncompatibleBrokerVersion,
     KafkaTimeoutError,
     NoError,
     OffsetOutOfRangeError,
+    RebalanceInProgressError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
     UnsupportedVersionError,
 )
 from kafka.structs import OffsetAndMetadata
@@ -384,10 +390,31 @@ def grow_partitions(cluster: ClusterConfig, counts: dict[str, int], timeout: flo
         admin.create_partitions(dict(counts))
 
 
-def list_groups(cluster: ClusterConfig, timeout: float) -> list[str]:
-    """The ids of the cluster's consumer groups."""
+@dataclass(frozen=True)
+class ListedGroup:
+    """A consumer group as ListGroups lists it: its type (KIP-848: "classic", "consumer",
+    "share", "streams"; from ListGroups v5) and state (v4); "" where the broker says nothing
+    (older versions) or "Unknown" (Tansu)."""
+
+    group_id: str
+    type: str = ""
+    state: str = ""
+
+
+def listed_groups(cluster: ClusterConfig, timeout: float) -> dict[str, ListedGroup]:
+    """The cluster's consumer groups, each with its type and state, from every broker (a
+    broker lists the groups it coordinates): one request per broker, whatever the count of
+    groups."""
     with admin_client(cluster, timeout) as admin:
-        return sorted({str(group["group_id"]) for group in admin.list_groups()})
+        found = admin.list_groups()
+    return {
+        str(group["group_id"]): ListedGroup(
+            str(group["group_id"]),
+            str(group.get("group_type") or ""),
+            str(group.get("group_state") or ""),
+        )
+        for group in found
+    }
 
 
 def groups_committed(
@@ -410,6 +437,19 @@ def groups_committed(
 
 
 RETRY_COMMIT = 0.1  # seconds between commits of the partitions a retriable error refused
+# What a broker answers a commit made from outside a group (no member id, no generation) while
+# the group has members, classic or KIP-848 (UNKNOWN_MEMBER_ID on Apache Kafka 4.4 for both).
+MEMBERS_REFUSE = (
+    UnknownMemberIdError,
+    IllegalGenerationError,
+    RebalanceInProgressError,
+    StaleMemberEpochError,
+    FencedMemberEpochError,
+)
+
+
+class GroupHasMembers(Exception):
+    """The broker refused a commit into a group because the group has members now."""
 
 
 def commit_group(
@@ -417,7 +457,8 @@ def commit_group(
 ) -> None:
     """Commit offsets for a consumer group (that has no active member) on a cluster, through
     the admin client (kept while a cache is in use): a consumer made for each group cost a
-    bootstrap per group, 10 of the 13 s of a sync of 200 groups."""
+    bootstrap per group, 10 of the 13 s of a sync of 200 groups. GroupHasMembers when the
+    broker refuses because the group has members after all (one joined since it was asked)."""
     commits = {TopicPartition(*tp): OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()}
     deadline = time.monotonic() + timeout
     while True:
@@ -432,4 +473,7 @@ def commit_group(
         time.sleep(RETRY_COMMIT)
     tp = min(failed)
     more = f" (and {len(failed) - 1} more partitions)" if len(failed) > 1 else ""
-    raise failed[tp](f"committing group {group} at {tp.topic}[{tp.partition}]{more}")
+    what = f"committing group {group} at {tp.topic}[{tp.partition}]{more}"
+    if issubclass(failed[tp], MEMBERS_REFUSE):
+        raise GroupHasMembers(f"{what}: {failed[tp].__name__}")
+    raise failed[tp](what)

@@ -108,7 +108,7 @@ def _groups_report(cfg: Config, groups: list[Any]) -> None:
         return
     click.echo(f"[groups] carries {len(groups)} group(s) today")
     for result in groups:
-        active = f"; {result.members} member(s) on the target: left alone" if result.members else ""
+        active = f"; active on the target ({result.active}): left alone" if result.active else ""
         click.echo(f"  group {result.group}{active}")
         for part in result.partitions:
             sources = ", ".join(f"{t}[{p}]@{o}" for (t, p), o in part.sources)

@@ -244,7 +244,8 @@ class Metrics:
         )
         self.group_active = Gauge(
             "ktm_group_active_on_target",
-            "1 while a carried group has members on the target (ktm then commits nothing for it)",
+            "1 while a carried group is active on the target, either protocol (ktm then "
+            "commits nothing for it)",
             ("group",),
             registry=r,
         )

@@ -123,6 +123,41 @@ def test_kill_9_of_the_active_node_mid_stream_loses_and_repeats_nothing(cluster,
     )
 
 
+@pytest.mark.brokers("kafka")
+def test_a_failover_into_a_log_append_time_destination_is_exact(cluster, tmp_path, spark):
+    """A destination topic with message.timestamp.type=LogAppendTime stamps every copy with
+    its broker's append time. The continuity check at the failover compares key, value and
+    headers of the destination's copy with the new node's record, not that timestamp: the
+    relay goes on, exact, and ktm verify finds it exact."""
+    node1, node2, target, topic, _ = cluster
+    dest = create_topic(target.bootstrap, unique_topic("fo-lat"), PARTITIONS,
+                        configs={"message.timestamp.type": "LogAppendTime"})  # fmt: skip
+    feed([node1, node2], topic, records(0, 1200))
+    config = failover_config(tmp_path / "c.toml", [node1, node2], target.bootstrap, topic, dest)
+    relay = Background(config)
+    try:
+        wait_for(lambda: record_count(target.bootstrap, dest) >= 1200, 60, "the first records")
+        sent = 1200
+        for chunk in range(6):
+            alive = [node2] if chunk >= 3 else [node1, node2]
+            feed(alive, topic, records(sent, 300))
+            sent += 300
+            if chunk == 2:
+                node1.kill()
+            time.sleep(0.2)
+        _wait_first_from(target.bootstrap, dest, "node2", 60)
+        wait_for(lambda: record_count(target.bootstrap, dest) >= sent, 60, "every record")
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
+    assert relay.failovers("down") == 1 and relay.active("node2") == 1
+    copied = _all(target.bootstrap, dest)
+    assert {r.timestamp_type for r in copied} == {1}  # the broker's time on every copy
+    assert min(r.timestamp for r in copied) > 1_700_000_000_000 + sent
+    assert_exact_copy(read_all(node2.bootstrap, topic), copied, topic, broker_time=True)
+    assert_verified(verify_once(config, spark, failover=True), sent)
+
+
 def test_lagging_active_node_is_left_for_the_most_advanced_one(cluster, tmp_path):
     node1, node2, target, topic, dest = cluster
     feed([node1, node2], topic, records(0, 1000))

@@ -16,10 +16,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.errors import CoordinatorNotAvailableError, NoError
+from kafka.structs import OffsetAndMetadata
 
-from testbed.records import read_all
-from testbed.topics import create_topic, unique_topic
+from testbed.group_member import GroupMember
+from testbed.provenance import attributed
+from testbed.records import Record, produce, read_all, record_count
+from testbed.topics import create_topic, unique_topic, wait_until
 from tests.support.feeder import Feeder
 from tests.support.inprocess import Background
 from tests.support.relay import write_config
@@ -171,3 +175,104 @@ def test_fan_in_never_skips_and_re_reads_only_what_was_committed(
     assert set(seen) >= set(want) and all(n == 1 for n in seen.values())
     extra = set(seen) - set(want)
     assert len({n % 2 for n in extra}) <= 1  # the extra records are of one source partition
+
+
+# ---- groups active on the target, of either protocol (Apache Kafka 4: KIP-848) -------------
+
+PER_PARTITION, READ, OTHERS = 600, 400, 50  # records per source partition read by the group
+# there, and not read; records at the head of each destination partition, deleted
+
+
+def numbered(start: int, count: int, partitions: int) -> list[Record]:
+    return [Record(key=f"k{n}", value=f"{n}".ljust(60, "v"), headers=[("n", str(n).encode())],
+                   partition=n % partitions) for n in range(start, start + count)]  # fmt: skip
+
+
+def wait_until_committed(bootstrap: str, group: str, want: dict[tuple[str, int], int]) -> None:
+    deadline = time.monotonic() + 60
+    while committed(bootstrap, group) != want:
+        assert time.monotonic() < deadline, f"{group} committed {committed(bootstrap, group)}"
+        time.sleep(0.3)
+
+
+def copy_offsets(bootstrap: str, topic: str, source: str,
+                 offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:  # fmt: skip
+    """The destination offset of the copy of each source (topic, partition)'s offset, read
+    from the provenance headers (testbed.provenance: none of ktm's code)."""
+    copies = [r for rs in read_all(bootstrap, topic).values() for r in rs]
+    return {
+        (r.record.topic, r.record.partition): r.record.offset
+        for r in attributed(copies)
+        if r.topic == source and offsets.get((source, r.partition)) == r.offset
+    }
+
+
+@pytest.mark.brokers("kafka")
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_a_group_active_on_the_target_is_left_alone_until_its_member_leaves(
+    source_broker, target_broker, spark, tmp_path, caplog, protocol
+):
+    """A KIP-848 group on the source (read by Kafka's own Java consumer with
+    group.protocol=consumer, which kafka-python cannot join) and a group of the same name
+    with a live member on the target, of either protocol. Kafka's DescribeGroups describes a
+    KIP-848 group as dead with no members; ktm must still see it is active: it says so in one
+    line, commits nothing (the broker would refuse: UNKNOWN_MEMBER_ID) and leaves the offsets
+    the target's consumers committed. Once the member left, the next sync commits the
+    translated offsets: the copies of the source's committed offsets."""
+    source, target = source_broker.bootstrap, target_broker.bootstrap
+    topic, name, group = unique_topic("gk"), unique_topic("gk-copy"), unique_topic("kip848")
+    create_topic(source, topic, 2)
+    create_topic(target, name, 2)
+    produce(source, topic, numbered(0, 2 * PER_PARTITION, 2))
+    produce(target, name, [Record(value=b"other", partition=p) for p in (0, 1)] * OTHERS)
+    before = {(name, p): 1 for p in (0, 1)}  # what the target's consumers committed
+    admin = KafkaAdminClient(bootstrap_servers=target)
+    try:  # destination offsets are not the source's: its log starts at OTHERS
+        admin.delete_records({TopicPartition(name, p): OTHERS for p in (0, 1)})
+        commits = {TopicPartition(*tp): OffsetAndMetadata(o, "", -1) for tp, o in before.items()}
+        wait_until(lambda: _committed_now(admin, group, commits), 30,
+                   "the target's coordinator to take a commit", every=0.5)  # fmt: skip
+    finally:
+        admin.close()
+    on_target = GroupMember(target, group, name, protocol=protocol).start()
+    config = group_config(tmp_path / "ktm.toml", source, target, {topic: name}, group)
+    on_source = GroupMember(source, group, topic, commit=True)  # a KIP-848 group, reading
+    relay = None
+    try:
+        on_source.start()  # first: a fresh node's group coordinator is up once it is assigned
+        relay = Background(config, failover=False)
+        wait_until_committed(source, group, {(topic, p): PER_PARTITION for p in (0, 1)})
+        on_source.stop()
+        produce(source, topic, numbered(2 * PER_PARTITION, 2 * READ, 2))  # not read yet
+        wait_until(lambda: record_count(target, name) == 2 * (PER_PARTITION + READ), 60,
+                   "every record relayed", every=0.5)  # fmt: skip
+        labels = {"group": group}
+        active = "ktm_group_active_on_target"
+        wait_until(lambda: relay.metrics.registry.get_sample_value(active, labels) == 1, 30,
+                   "the sync to see the target's member")  # fmt: skip
+        time.sleep(4)  # four more syncs
+        assert committed(target, group) == before
+        on_target.stop()
+        left_at = time.time()
+        wait_for_sync(relay, group, left_at)
+    finally:
+        on_source.stop()
+        on_target.stop()
+        if relay is not None:
+            relay.finish()
+    assert relay.error is None, relay.error
+    source_commits = committed(source, group)
+    assert committed(target, group) == copy_offsets(target, name, topic, source_commits)
+    assert relay.metrics.registry.get_sample_value(active, labels) == 0
+    said = [r.getMessage() for r in caplog.records if f"group {group} " in r.getMessage()]
+    active_lines = [line for line in said if "is active on the target" in line]
+    assert len(active_lines) == 1 and f"{protocol} protocol" in active_lines[0], said
+    assert not [line for line in caplog.messages if "group sync failed" in line]
+
+
+def _committed_now(admin: KafkaAdminClient, group: str, commits: dict) -> bool:
+    """One commit; False while the broker's coordinator is not there yet (a fresh node)."""
+    try:
+        return all(e is NoError for e in admin.alter_group_offsets(group, commits).values())
+    except CoordinatorNotAvailableError:
+        return False

@@ -67,3 +67,33 @@ def control_batch(offset: int, commit: bool = True, producer_id: int = 7) -> byt
 def txn_batch(records: Sequence[Rec], producer_id: int, codec: str = "none") -> bytes:
     """A transactional data batch of `producer_id`."""
     return make_batch(records, codec, attributes=0x10, producer=(producer_id, 0, 0))
+
+
+def cleaned(data: bytes, kept: Sequence[int]) -> bytes:
+    """One batch as a compacted topic's log cleaner leaves it (Kafka's MemoryRecords.filterTo):
+    only the records at the offsets `kept`, each at its own offset, and the batch's base offset,
+    last offset, producer and timestamp type kept; no record at all leaves its header alone."""
+    (base,) = struct.unpack_from(">q", data, 0)
+    (last_delta,) = struct.unpack_from(">i", data, 23)
+    producer = struct.unpack_from(">qhi", data, 43)
+    builder = DefaultRecordBatchBuilder(2, 0, False, *producer, batch_size=1 << 30)
+    for record in _records(data):
+        if record.offset in kept:
+            builder.append(record.offset - base, record.timestamp, record.key, record.value,
+                           record.headers)  # fmt: skip
+    buf = builder.build()
+    struct.pack_into(">q", buf, 0, base)
+    struct.pack_into(">i", buf, 23, last_delta)
+    (attributes,) = struct.unpack_from(">h", data, 21)
+    struct.pack_into(">h", buf, 21, attributes & ~0x07)  # its timestamp type; uncompressed
+    if attributes & 0x08:  # LogAppendTime: the append time stays the batch's max timestamp
+        buf[35:43] = data[35:43]
+    struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
+    return bytes(buf)
+
+
+def _records(data: bytes) -> list[Rec]:
+    from kafka.record.default_records import DefaultRecordBatch
+
+    batch = DefaultRecordBatch(data)
+    return [Rec(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]

@@ -1,6 +1,7 @@
 """The group sync's rules (relay.pipelines.relay.group_sync) behind the admin seam: exact
 translation, waiting for the relay, filtered records, fan-in, never backwards, hands off groups
-with members on the target."""
+active on the target, classic or KIP-848 (from ListGroups' states; DescribeGroups where a
+broker says none), and share groups are not carried."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from relay.clients.admin import GroupHasMembers, ListedGroup
 from relay.config import (
     AppConfig,
     ClusterConfig,
@@ -50,18 +52,24 @@ class FakeTranslator:
 
 
 class FakeAdmin:
+    GroupHasMembers = GroupHasMembers  # what group_sync catches
+
     def __init__(self, on_source: dict[str, dict], on_target: dict[str, dict], relay: dict,
-                 members: int = 0):  # fmt: skip
-        self.on_source, self.on_target, self.relay, self.members = (
-            on_source,
-            on_target,
-            relay,
-            members,
-        )
+                 members: int = 0, listed: dict[str, ListedGroup] | None = None,
+                 source_types: dict[str, str] | None = None):  # fmt: skip
+        self.on_source, self.on_target, self.relay = on_source, on_target, relay
+        self.members = members  # what DescribeGroups counts
+        self.listed = listed or {}  # the target's ListGroups
+        self.source_types = source_types or {}
+        self.refuse: set[str] = set()  # groups whose commits the broker refuses
+        self.described: list[str] = []
         self.commits: list[tuple[str, dict]] = []
 
-    def list_groups(self, cluster: Any, timeout: float) -> list[str]:
-        return sorted(self.on_source) + ["ktm"]
+    def listed_groups(self, cluster: Any, timeout: float) -> dict[str, ListedGroup]:
+        if cluster is TARGET:
+            return dict(self.listed)
+        names = sorted(self.on_source) + ["ktm"]
+        return {g: ListedGroup(g, self.source_types.get(g, "classic"), "Empty") for g in names}
 
     def groups_committed(self, cluster: Any, groups: Any, timeout: float) -> dict:
         found = self.on_source if cluster is SOURCE else self.on_target
@@ -71,17 +79,20 @@ class FakeAdmin:
         return {k: self.relay.get(k) for k in keys}
 
     def group_members(self, cluster: Any, group: str, timeout: float) -> int:
+        self.described.append(group)
         return self.members
 
     def commit_group(self, cluster: Any, group: str, offsets: dict, timeout: float) -> None:
+        if group in self.refuse:
+            raise GroupHasMembers(f"committing group {group}: UnknownMemberIdError")
         self.commits.append((group, offsets))
 
 
-def config() -> Config:
+def config(include: tuple[str, ...] = ("g",)) -> Config:
     return Config(
         path="x.toml", app=AppConfig(metrics_addr=None), spark=SparkConfig(),
         topics=(TopicRoute("t", "d"),), sources=(SOURCE,), source_pool=SourcePoolConfig(),
-        target=TargetConfig(TARGET), filters=(), groups=GroupsConfig(include=("g",)),
+        target=TargetConfig(TARGET), filters=(), groups=GroupsConfig(include=include),
     )  # fmt: skip
 
 
@@ -147,9 +158,76 @@ def test_a_target_group_is_never_moved_backwards(monkeypatch):
 
 
 def test_a_group_with_members_on_the_target_is_left_alone(monkeypatch):
-    fake = FakeAdmin({"g": {("t", 0): 5}}, {}, {("t", 0): 10}, members=2)
+    """A broker that lists no state (Tansu): DescribeGroups counts the members."""
+    fake = FakeAdmin({"g": {("t", 0): 5}}, {}, {("t", 0): 10}, members=2,
+                     listed={"g": ListedGroup("g", "classic", "Unknown")})  # fmt: skip
     [result] = sync(monkeypatch, fake, COPIES, ROUTES)
-    assert fake.commits == [] and result.members == 2 and not result.complete
+    assert fake.commits == [] and result.active == "2 member(s)" and not result.complete
+
+
+@pytest.mark.parametrize(
+    ("kind", "state"),
+    [("consumer", "Stable"), ("consumer", "Reconciling"), ("consumer", "Assigning"),
+     ("classic", "Stable"), ("classic", "PreparingRebalance")],
+)  # fmt: skip
+def test_a_group_listed_active_on_the_target_is_left_alone_whatever_its_protocol(
+    monkeypatch, kind, state
+):
+    """KIP-848: DescribeGroups describes a consumer group as dead with no members; its state
+    in ListGroups is what says it is active."""
+    fake = FakeAdmin({"g": {("t", 0): 5}}, {}, {("t", 0): 10}, members=0,
+                     listed={"g": ListedGroup("g", kind, state)})  # fmt: skip
+    [result] = sync(monkeypatch, fake, COPIES, ROUTES)
+    assert fake.commits == [] and not result.complete
+    assert result.active == f"{state}, {kind} protocol"
+    assert fake.described == []  # the listing said it: no DescribeGroups
+
+
+def test_a_group_listed_empty_on_the_target_is_synced_without_describing_it(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 5}}, {}, {("t", 0): 10}, members=3,
+                     listed={"g": ListedGroup("g", "consumer", "Empty")})  # fmt: skip
+    [result] = sync(monkeypatch, fake, COPIES, ROUTES)
+    assert fake.commits == [("g", {("d", 0): 3})] and result.complete
+    assert fake.described == []
+
+
+def test_a_commit_refused_because_a_member_joined_leaves_the_group_alone(monkeypatch):
+    """Between the listing and the commit a consumer joined: the broker refuses the commit
+    (UNKNOWN_MEMBER_ID); the group counts as active, and the other groups still sync."""
+    fake = FakeAdmin({"g": {("t", 0): 5}, "h": {("t", 1): 2}}, {}, {("t", 0): 10, ("t", 1): 5})
+    fake.refuse = {"g"}
+    config_h = config(include=("g", "h"))
+    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(COPIES))
+    syncer = GroupSync(config_h, lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
+    g, h = syncer.translate(commit=True)
+    assert "UnknownMemberIdError" in g.active and not g.complete
+    assert fake.commits == [("h", {("d", 1): 2})] and h.complete
+
+
+def test_the_active_line_is_said_once_while_the_group_stays_active(monkeypatch, caplog):
+    fake = FakeAdmin({"g": {("t", 0): 5}}, {}, {("t", 0): 10},
+                     listed={"g": ListedGroup("g", "consumer", "Stable")})  # fmt: skip
+    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(COPIES))
+    syncer = GroupSync(config(), lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
+    for _ in range(3):
+        syncer._sync_once()
+    lines = [r.getMessage() for r in caplog.records if "active on the target" in r.getMessage()]
+    assert lines == [
+        "group g is active on the target (Stable, consumer protocol): ktm does not commit its "
+        "offsets there while it is (its consumers moved; they commit for themselves)"
+    ]
+    fake.listed = {"g": ListedGroup("g", "consumer", "Empty")}  # the member left
+    syncer._sync_once()
+    assert fake.commits == [("g", {("d", 0): 3})]
+    labels = {"group": "g"}
+    assert syncer.metrics.registry.get_sample_value("ktm_group_active_on_target", labels) == 0
+
+
+def test_share_groups_are_not_carried(monkeypatch):
+    fake = FakeAdmin({"g": {("t", 0): 5}}, {}, {("t", 0): 10}, source_types={"g": "share"})
+    assert sync(monkeypatch, fake, COPIES, ROUTES) == []
 
 
 def test_only_the_groups_asked_for_are_read(monkeypatch):

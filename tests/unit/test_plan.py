@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+from crc32c import crc32c
 
+from relay import resume
 from relay.batches import Origin, Provenance, parse_provenance, rebuild, split_batches
-from relay.config import TopicRoute
+from relay.config import ClusterConfig, TopicRoute
 from relay.engine.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
-from relay.resume import SourceOffsets, choose_start, delivered_in, origins, resume_points
+from relay.resume import (
+    SourceOffsets,
+    choose_start,
+    delivered_in,
+    origins,
+    provenance_lost,
+    resume_points,
+    unsettled_in,
+)
 from relay.spec import PROVENANCE_HEADER as HEADER
 from relay.spec import PartitionRoute, provenance_prefix
 from relay.translation import copies_in
-from tests.support.batches import T0, Rec, make_batch, recs
+from tests.support.batches import T0, Rec, cleaned, make_batch, recs
 
 
 def _prov(topic: str, partition: int, offset: int, cluster: str = "src") -> bytes:
@@ -185,3 +195,125 @@ def test_a_copy_past_the_stable_offset_is_checked_against_the_log_end() -> None:
     # read_uncommitted: no second end
     with pytest.raises(KafkaSetupError, match="recreated"):
         resume_points([route], SourceOffsets({key: 0}, {key: 30}), {key: 45}, {key: None})
+
+
+class SourceRecord(NamedTuple):
+    """What `admin.records_at` gives: a kafka-python ConsumerRecord's fields compared."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+
+
+def _broker_time(batch: Any, append_time: int) -> Any:
+    """`batch` as a LogAppendTime destination topic stores it: the attribute set and its max
+    timestamp overwritten by the broker's append time."""
+    payload = bytearray(batch.data)
+    (attributes,) = struct.unpack_from(">h", payload, 21)
+    struct.pack_into(">h", payload, 21, attributes | 0x08)
+    struct.pack_into(">q", payload, 35, append_time)
+    struct.pack_into(">I", payload, 17, crc32c(bytes(payload[21:])))
+    return split_batches(payload)[0][0]
+
+
+def _continuity(monkeypatch, batch: Any, source: SourceRecord) -> None:
+    monkeypatch.setattr(resume.admin, "records_at", lambda node, wanted, timeout: {
+        key: source for key in wanted})  # fmt: skip
+    node = ClusterConfig("node2", ("n:1",))
+    resume.check_continuity(node, delivered_in([batch], {("a", 0)}), "stop", 1.0)
+
+
+def test_continuity_on_a_log_append_time_destination_compares_all_but_the_timestamp(
+    monkeypatch,
+) -> None:
+    """The destination's broker stamped its own time on the copy: a failover to a node that
+    holds the same record goes on; one that holds another record still stops."""
+    source = recs(10, 4)
+    last = source[-1]
+    batch = _broker_time(_batch_form(source, 10, at=40), append_time=T0 + 10**9)
+    (found,) = delivered_in([batch], {("a", 0)}).values()
+    assert found.broker_time and found.record.timestamp == T0 + 10**9
+    same = SourceRecord(last.key, last.value, list(last.headers), last.timestamp)
+    _continuity(monkeypatch, batch, same)
+    for other in (same._replace(value=b"other"), same._replace(headers=[("h1", b"y")])):
+        with pytest.raises(resume.ContinuityError, match=r"\(key/value/headers\)"):
+            _continuity(monkeypatch, batch, other)
+
+
+def test_continuity_on_a_create_time_destination_compares_the_timestamp(monkeypatch) -> None:
+    source = recs(10, 4)
+    last = source[-1]
+    batch = _batch_form(source, 10, at=40)
+    same = SourceRecord(last.key, last.value, list(last.headers), last.timestamp)
+    _continuity(monkeypatch, batch, same)
+    with pytest.raises(resume.ContinuityError, match="key/value/headers/timestamp"):
+        _continuity(monkeypatch, batch, same._replace(timestamp=last.timestamp + 1))
+
+
+def test_continuity_keeps_an_earlier_hops_provenance_as_the_records_own_header(
+    monkeypatch,
+) -> None:
+    """Relayed twice (A to B to C): the source record on B has A's header; the copy on C has
+    it and C's own after it, which alone is not the record's."""
+    source = recs(10, 3)
+    source[-1].headers.append((HEADER, b"A/a/0/700-720"))
+    last = source[-1]
+    batch = _batch_form(source, 10, at=40)
+    _continuity(monkeypatch, batch,
+                SourceRecord(last.key, last.value, list(last.headers), last.timestamp))  # fmt: skip
+
+
+# ---- a compacted destination: batches whose provenance the log cleaner removed -------------
+
+
+def _cleaned(batch: Any, kept: list[int]) -> Any:
+    return split_batches(cleaned(bytes(batch.data), kept))[0][0]
+
+
+def test_a_batch_whose_header_record_was_cleaned_names_nothing_not_even_an_earlier_hop() -> None:
+    """Relayed twice (A to B to C), then compacted on C: the last survivor carries A's header,
+    naming the same topic and partition at later offsets. It is not this hop's (that was on
+    the record at the batch's last offset, now gone): taking it would resume past records."""
+    source = recs(10, 6)
+    source[3].headers.append((HEADER, b"A/a/0/700-720"))
+    batch = _cleaned(_batch_form(source, 10, at=40), kept=[41, 43])
+    assert batch.last_offset == 45 and batch.header.record_count == 2
+    assert origins(batch) == [] and provenance_lost(batch)
+    assert _nexts([batch], {("a", 0)}) == {}
+    assert copies_in(batch, ("a", 0)) == []
+    kept_last = _cleaned(_batch_form(source, 10, at=40), kept=[41, 45])
+    assert not provenance_lost(kept_last)
+    # the survivors keep their offsets: the i-th offset of the runs is at the i-th delta
+    assert copies_in(kept_last, ("a", 0)) == [(41, 11), (45, 15)]
+    assert provenance_lost(_cleaned(_batch_form(source, 10, at=40), kept=[]))  # header only
+
+
+def test_what_a_compacted_tail_cannot_settle() -> None:
+    """Fan-in: a source partition whose last copies lie before a batch that lost its
+    provenance, or before offsets no batch holds (a batch dropped whole), may have written
+    that batch: its next offset is unsettled. One named after it, or with nothing doubtful
+    after it, is settled; one never named is unsettled only where something was cleaned."""
+    a0 = _batch_form(recs(0, 3), 0, at=100)
+    b0 = _record_form(("b", 0, 0), ("b", 0, 1), at=103)
+    lost = _cleaned(_batch_form(recs(3, 3), 3, at=105), kept=[105])
+    b1 = _record_form(("b", 0, 2), at=108)
+    wanted = {("a", 0), ("b", 0), ("c", 0)}
+    assert unsettled_in([a0, b0, lost, b1], wanted) == {("a", 0), ("c", 0)}
+    assert unsettled_in([a0, b0, _record_form(("b", 0, 2), at=105)], wanted) == set()
+    b2 = _record_form(("b", 0, 3), at=120)  # 109..119 dropped whole
+    assert unsettled_in([a0, b0, b1, b2], wanted) == {("a", 0), ("c", 0)}
+
+
+def test_resume_names_in_one_line_those_still_unsettled(caplog) -> None:
+    """After the source's records were compared (relay.attribution), the source partitions
+    still unsettled resume where they are, and one line says so."""
+    routes = [PartitionRoute("a", p, "x", 0) for p in (0, 1, 2)]
+    offsets = resume.SourceOffsets({r.key: 0 for r in routes}, {r.key: 50 for r in routes})
+    found = {("a", 0): 10, ("a", 1): 10, ("a", 2): 10}
+    committed: dict[tuple[str, int], int | None] = {("a", 0): 20, ("a", 1): 5, ("a", 2): None}
+    points = resume.resume_points(routes, offsets, found, committed, frozenset({("a", 1)}))
+    assert [points[r.key].next_offset for r in routes] == [20, 10, 10]
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line.startswith("1 source partition(s) resume where a compacted destination cannot")
+    assert "(a[1]@10)" in line

@@ -25,7 +25,7 @@ from relay.engine.driver import setup as startup_module
 from relay.engine.driver.failover import NodeView, SourcePool
 from relay.engine.driver.setup import Startup
 from relay.engine.metrics import Metrics
-from relay.resume import SourceOffsets
+from relay.resume import AtDestination, Delivered, SourceOffsets
 
 KEY = ("t", 0)
 
@@ -83,7 +83,8 @@ def test_committed_offsets_read_before_the_end_never_pass_it(monkeypatch) -> Non
     monkeypatch.setattr(startup_module.admin, "partition_counts", lambda *a, **k: {"t-copy": 1})
     monkeypatch.setattr(startup_module.admin, "committed_offsets", cluster.committed_offsets)
     monkeypatch.setattr(startup_module, "source_offsets", cluster.source_offsets)
-    monkeypatch.setattr(startup_module, "destination_next_offsets", lambda *a, **k: {KEY: 900})
+    tail = AtDestination({KEY: Delivered(900, None)}, frozenset(), {}, {})
+    monkeypatch.setattr(startup_module, "at_destination", lambda *a, **k: tail)
     startup = Startup(config(), FakePool(), threading.Event(), Metrics())  # type: ignore[arg-type]
 
     plan = startup.plan(stop_at_end=False)

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
+from relay.batches import split_batches
+from relay.batches.provenance import format_runs
 from relay.translation import search
+from tests.support.batches import T0, Rec, cleaned, make_batch
 
 Copy = tuple[int, str, int]  # destination offset, source partition, source offset
 
@@ -105,3 +108,138 @@ def test_many_searches_run_together_in_as_many_rounds_as_the_deepest_one(monkeyp
     translation.Translator(SimpleNamespace(), 1.0).first_copies(asks)  # type: ignore[arg-type]
     # the four searches of a partition may queue for its one window a round; not 80 in a row
     assert len(rounds) <= 4 * deepest < len(asks)
+
+
+# ---- compacted destinations: batches whose provenance the log cleaner removed ---------------
+
+
+def written_by_ktm(feeds: dict[int, list[int]], seed: int) -> list[tuple[int, list[Rec]]]:
+    """Destination batches from offset 100 as ktm writes them, (source partition, records):
+    each of one source partition ("t", p) of `feeds` (its offsets, in order), the batch form's
+    header on its last record."""
+    rng = random.Random(seed)
+    queues = {p: list(offsets) for p, offsets in feeds.items()}
+    out, at = [], 100
+    while any(queues.values()):
+        p = rng.choice([q for q, left in queues.items() if left])
+        taken = [queues[p].pop(0) for _ in range(min(len(queues[p]), rng.randint(1, 6)))]
+        runs = format_runs("src", "t", p, _runs(taken))
+        records = [Rec(at + i, T0 + o, b"k%d" % o, b"v%d" % o,
+                       [("ktm.src", runs)] if i == len(taken) - 1 else [])
+                   for i, o in enumerate(taken)]  # fmt: skip
+        out.append((p, records))
+        at += len(taken)
+    return out
+
+
+def compacted(
+    written: list[tuple[int, list[Rec]]], seed: int
+) -> tuple[bytes, dict[int, list[tuple[int, int]]]]:
+    """The destination after a cleaner's passes: records removed at random, the last batch
+    (the active segment) untouched; and, per source partition, [(destination, source)] of
+    what survived, from the test's own bookkeeping."""
+    rng = random.Random(seed)
+    data = b""
+    survivors: dict[int, list[tuple[int, int]]] = {}
+    for index, (p, records) in enumerate(written):
+        batch = make_batch(records, producer=(5, 0, 0))
+        last = index == len(written) - 1
+        kept = [r.offset for r in records if last or rng.random() < 0.4]
+        if kept or index % 3 == 0:  # an emptied batch is dropped, but a producer's last is kept
+            data += batch if last else cleaned(batch, kept)
+        runs = [o for name, value in records[-1].headers for o in _offsets(value)]
+        survivors.setdefault(p, []).extend(
+            (r.offset, runs[i]) for i, r in enumerate(records) if r.offset in kept
+        )
+    return data, survivors
+
+
+def _offsets(value: bytes | None) -> list[int]:
+    assert value is not None
+    out: list[int] = []
+    for run in value.decode().rsplit("/", 1)[1].split(","):
+        first, last = run.split("-")
+        out += range(int(first), int(last) + 1)
+    return out
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for o in offsets:
+        if runs and runs[-1][1] + 1 == o:
+            runs[-1] = (runs[-1][0], o)
+        else:
+            runs.append((o, o))
+    return runs
+
+
+def translate_all(monkeypatch, data: bytes, asks: list[tuple[int, int]], sole: bool) -> list[int]:
+    from relay import translation
+    from relay.batches import split_batches
+
+    batches = split_batches(data)[0]
+    end = batches[-1].next_offset
+
+    def fetch_ranges(fetcher: Any, ranges: dict[Any, tuple[int, int]], timeout: float) -> Any:
+        return {k: [b for b in batches if b.next_offset > lo and b.base_offset < hi]
+                for k, (lo, hi) in ranges.items()}  # fmt: skip
+
+    monkeypatch.setattr(translation, "fetch_ranges", fetch_ranges)
+    monkeypatch.setattr(translation, "BatchFetcher", lambda *a: SimpleNamespace(close=lambda: 0))
+    dest = ("d", 0)
+    sole_set = frozenset({dest} if sole else ())
+    translator = translation.Translator(SimpleNamespace(), 1.0, sole_set)  # type: ignore[arg-type]
+    return translator.first_copies([(dest, ("t", p), o, (100, end)) for p, o in asks])
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_one_source_in_a_compacted_destination_translates_exactly(monkeypatch, seed) -> None:
+    """One source partition, contiguous: a committed offset whose copies the cleaner left
+    without their header translates to the first survivor of it or later, exactly, once a
+    named copy of an earlier offset lies before it (the offsets between say which record
+    held which); before any named copy, to the first survivor (never later)."""
+    written = written_by_ktm({0: list(range(300))}, seed)
+    data, survivors = compacted(written, seed)
+    end = split_batches(data)[0][-1].next_offset
+    named = sorted(s for d, s in _named(data))
+    offsets = sorted(set(random.Random(seed).sample(range(310), 60)) | {0, 299, 300})
+    got = translate_all(monkeypatch, data, [(0, o) for o in offsets], sole=True)
+    for offset, found in zip(offsets, got, strict=True):
+        truth = next((d for d, s in survivors[0] if s >= offset), end)
+        assert found <= truth, (offset, found, truth)  # never skips a survivor
+        if any(s < offset for s in named):
+            assert found == truth, (offset, found, truth)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_fan_in_to_a_compacted_destination_never_skips_a_survivor(monkeypatch, seed) -> None:
+    rng = random.Random(seed)
+    feeds = {p: sorted(rng.sample(range(400), 150)) for p in (0, 1)}  # gaps: filters, say
+    data, survivors = compacted(written_by_ktm(feeds, seed), seed)
+    end = split_batches(data)[0][-1].next_offset
+    asks = [(p, o) for p in feeds for o in sorted(rng.sample(range(410), 30))]
+    for (p, offset), found in zip(asks, translate_all(monkeypatch, data, asks, sole=False),
+                                   strict=True):  # fmt: skip
+        truth = next((d for d, s in survivors[p] if s >= offset), end)
+        assert found <= truth, (p, offset, found, truth)
+
+
+def test_an_intact_destination_translates_as_before(monkeypatch) -> None:
+    """Nothing cleaned: every translation is the first copy, fan-in or not."""
+    feeds = {0: list(range(0, 200, 3)), 1: list(range(200))}
+    written = written_by_ktm(feeds, 1)
+    data = b"".join(make_batch(records) for _, records in written)
+    copies = {p: [(r.offset, s) for q, records in written if q == p
+                  for r, s in zip(records, _offsets(records[-1].headers[-1][1]), strict=True)]
+              for p in feeds}  # fmt: skip
+    end = split_batches(data)[0][-1].next_offset
+    asks = [(p, o) for p in feeds for o in range(0, 205, 7)]
+    for (p, offset), found in zip(asks, translate_all(monkeypatch, data, asks, sole=False),
+                                   strict=True):  # fmt: skip
+        assert found == next((d for d, s in copies[p] if s >= offset), end), (p, offset)
+
+
+def _named(data: bytes) -> list[tuple[int, int]]:
+    from relay.translation import copies_in
+
+    return [pair for batch in split_batches(data)[0] for pair in copies_in(batch, ("t", 0))]

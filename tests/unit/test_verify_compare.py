@@ -7,6 +7,7 @@ import struct
 
 from relay.batches import split_batches
 from relay.batches.build import Origin, rebuild
+from relay.batches.format import LOG_APPEND_TIME
 from relay.batches.provenance import PROVENANCE_HEADER, format_runs
 from relay.pipelines.verify.compare import Checker, ClaimedRuns
 from relay.pipelines.verify.records import (
@@ -28,13 +29,16 @@ def source(count: int = 20) -> list[Rec]:
     return recs(0, count, size=20)
 
 
-def dest_batches(records: list[Rec], per_batch: int = 5, form: str = "batch") -> bytes:
+def dest_batches(
+    records: list[Rec], per_batch: int = 5, form: str = "batch", attributes: int = 0
+) -> bytes:
     """A destination as ktm writes it: the source records renumbered from 0, each batch's last
     record naming the source offsets of the batch (or every record its own)."""
-    return written([records[i : i + per_batch] for i in range(0, len(records), per_batch)], form)
+    chunks = [records[i : i + per_batch] for i in range(0, len(records), per_batch)]
+    return written(chunks, form, attributes)
 
 
-def written(chunks: list[list[Rec]], form: str = "batch") -> bytes:
+def written(chunks: list[list[Rec]], form: str = "batch", attributes: int = 0) -> bytes:
     out, at = [], 0
     for chunk in chunks:
         copied = []
@@ -46,7 +50,7 @@ def written(chunks: list[list[Rec]], form: str = "batch") -> bytes:
                 runs = _runs([c.offset for c in chunk])
                 headers.append((PROVENANCE_HEADER, format_runs("src", *KEY, runs)))
             copied.append(Rec(at + j, r.timestamp, r.key, r.value, headers))
-        out.append(make_batch(copied))
+        out.append(make_batch(copied, attributes=attributes))
         at += len(chunk)
     return b"".join(out)
 
@@ -117,6 +121,24 @@ def test_each_changed_field_is_named():
         records = source()
         records[12] = change(records[12])
         assert faults(check(dest_batches(records))) == {f"different:{name}": (1, 12, 12)}, name
+
+
+def test_a_log_append_time_destination_is_exact_and_its_other_fields_still_compared():
+    """A destination topic with message.timestamp.type=LogAppendTime: every record holds its
+    batch's append time (here the batch's max timestamp, not the record's own), the broker's;
+    it is not compared, the key, value and headers are."""
+    for form in ("batch", "record"):
+        report = check(dest_batches(source(), form=form, attributes=LOG_APPEND_TIME))
+        assert report.exact and report.equal == 20, form
+        changes = {
+            "value": lambda r: r._replace(value=b"other"),
+            "headers": lambda r: r._replace(headers=[("h1", b"changed")]),
+        }
+        for name, change in changes.items():
+            records = source()
+            records[12] = change(records[12])
+            dest = dest_batches(records, form=form, attributes=LOG_APPEND_TIME)
+            assert faults(check(dest)) == {f"different:{name}": (1, 12, 12)}, (form, name)
 
 
 def test_two_records_swapped_are_out_of_order_and_nothing_else():

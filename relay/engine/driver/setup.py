@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
+from relay.attribution import attribute
 from relay.clients import admin
 from relay.clients.kept import keep_clients
 from relay.clients.settings import describe, is_retriable
@@ -25,9 +26,10 @@ from relay.engine.pipeline import Plan
 from relay.errors import KafkaSetupError, KtmError
 from relay.refusals import Rules, rules_of
 from relay.resume import (
+    AtDestination,
     ResumePoint,
     SourceOffsets,
-    destination_next_offsets,
+    at_destination,
     resume_points,
     source_offsets,
 )
@@ -91,19 +93,22 @@ class Startup:
         )
         if on_routes is not None:
             on_routes(routes)
-        at_destination = self.call(
-            "target", lambda: destination_next_offsets(target, routes, self.timeout)
-        )
-        self.call("source", lambda: self.pool.start([r.key for r in routes], at_destination))
-        points, offsets = self.resume(routes, at_destination)
+        tail = self.call("target", lambda: at_destination(target, routes, self.timeout))
+        found = tail.next_offsets
+        self.call("source", lambda: self.pool.start([r.key for r in routes], found))
+        points, offsets = self.resume(routes, found, tail)
         stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
         nexts = {key: point.next_offset for key, point in points.items()}
         return Plan(routes, nexts, dict(offsets.end), stops)
 
     def resume(
-        self, routes: list[PartitionRoute], at_destination: dict[SourcePartition, int]
+        self,
+        routes: list[PartitionRoute],
+        found: dict[SourcePartition, int],
+        tail: AtDestination | None = None,
     ) -> tuple[dict[SourcePartition, ResumePoint], SourceOffsets]:
-        """Where each partition resumes, from the destination's tail (`at_destination`), the
+        """Where each partition resumes, from the destination's tail (`found`; and where it
+        cannot settle that, `tail`, from the records of the source: relay.attribution), the
         relay group's committed offsets and the source's bounds."""
         source, keys = self.pool.active, [r.key for r in routes]
         # Offsets read at different moments are compared below, so the source's end is read
@@ -113,8 +118,14 @@ class Startup:
             "source",
             lambda: admin.committed_offsets(source, self.cfg.app.group_id, keys, self.timeout),
         )
+        unsettled: frozenset[SourcePartition] = frozenset()
+        if tail is not None and tail.unsettled:
+            stands, unsettled = self.call(
+                "source", lambda: attribute(source, tail, committed, self.timeout)
+            )
+            found = {**found, **{k: max(v, found.get(k, v)) for k, v in stands.items()}}
         offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
-        return resume_points(routes, offsets, at_destination, committed), offsets
+        return resume_points(routes, offsets, found, committed, unsettled), offsets
 
     def fit(self, topics: Iterable[str]) -> Fitted:
         """[target] as the tasks use it, and what the destination topics refuse for good

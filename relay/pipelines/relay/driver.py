@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from relay.attribution import attribute
 from relay.clients import admin
 from relay.config import Config
 from relay.engine.driver.status import Status
@@ -24,7 +25,13 @@ from relay.pipelines.relay.spec import RelayTask
 from relay.pipelines.relay.topics import TopicPlan, Topics
 from relay.pipelines.sources import FromSources
 from relay.refusals import Rules
-from relay.resume import Delivered, delivered, destination_next_offsets
+from relay.resume import (
+    Delivered,
+    at_destination,
+    delivered,
+    destination_next_offsets,
+    warn_unsettled,
+)
 from relay.spec import PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
@@ -87,29 +94,48 @@ class RelayPipeline(FromSources):
         return known
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
-        """The destination's provenance tail, or, with filters, the group's committed offset
-        when that is later (the last records may have been filtered out by whoever relayed
-        them).
+        """The destination's provenance tail, or the group's committed offset when that is
+        later: with filters (the last records may have been filtered out by whoever relayed
+        them), and for the partitions a compacted destination cannot settle (its log cleaner
+        removed the provenance of what may be their last copies: relay.resume).
 
-        The committed offset only saves reading filtered records again (they would be dropped
-        again), so without filters it is not asked: a takeover or a retry then costs no round
-        trip to the source (about 1.3 s across a 240 ms link), and a source that does not
-        answer just goes without it."""
-        found = destination_next_offsets(self.cfg.need_target().cluster, routes, self.timeout)
-        if not self.filters:
+        Otherwise the committed offset only saves reading filtered records again (they would
+        be dropped again), so it is not asked: a takeover or a retry then costs no round trip
+        to the source (about 1.3 s across a 240 ms link), and a source that does not answer
+        just goes without it."""
+        tails = at_destination(self.cfg.need_target().cluster, routes, self.timeout)
+        found = tails.next_offsets
+        if not self.filters and not tails.unsettled:
             return found
-        keys = [r.key for r in routes]
-        try:
-            committed = admin.committed_offsets(
-                self.pool.active, self.cfg.app.group_id, keys, COMMITTED_TIMEOUT
-            )
-        except Exception as exc:  # noqa: BLE001 - an optimisation, see above
-            log.debug("committed offsets unavailable: %s", exc)
-            return found
+        keys = [r.key for r in routes if self.filters or r.key in tails.unsettled]
+        committed = self._committed(keys, tails.unsettled)
         for key, offset in committed.items():
             if offset is not None and offset > found.get(key, -1):
                 found[key] = offset
+        if tails.unsettled:
+            try:
+                stands, unsettled = attribute(self.pool.active, tails, committed, self.timeout)
+            except Exception as exc:  # noqa: BLE001 - the tail and the commits are what it has
+                log.warning("reading the source to settle a compacted destination: %s", exc)
+                stands, unsettled = {}, tails.unsettled
+            for key, offset in stands.items():
+                found[key] = max(offset, found.get(key, offset))
+            warn_unsettled(found, unsettled)
         return found
+
+    def _committed(
+        self, keys: list[SourcePartition], unsettled: frozenset[SourcePartition]
+    ) -> dict[SourcePartition, int | None]:
+        """The relay group's committed offsets of `keys`; {} if the source does not answer
+        (logged as a warning where the destination could not settle them)."""
+        try:
+            return admin.committed_offsets(
+                self.pool.active, self.cfg.app.group_id, keys, COMMITTED_TIMEOUT
+            )
+        except Exception as exc:  # noqa: BLE001 - see where(); the tail is what it can do
+            log.log(logging.WARNING if unsettled else logging.DEBUG,
+                    "committed offsets unavailable: %s", exc)  # fmt: skip
+            return {}
 
     def adopt(self, routes: Sequence[PartitionRoute]) -> None:
         pass

@@ -13,8 +13,12 @@ The rules:
   records in between were dropped by a filter); otherwise the partition waits for the next sync.
 - Several source partitions in one destination partition (`dest:N`) get the smallest of their
   translations: the consumer may re-read a few records of the others, never skip one.
-- A target group is never moved backwards, and nothing is committed for a group that has
-  members on the target (its consumers moved there and commit for themselves).
+- A target group is never moved backwards, and nothing is committed for a group that is
+  active on the target (its consumers moved there and commit for themselves), whichever
+  protocol its consumers use: ListGroups says each group's state for both (KIP-848's
+  consumer groups are described by the classic DescribeGroups as dead with no members);
+  where a broker says no state (Tansu), DescribeGroups counts the members.
+- Share groups (KIP-932) keep no committed offsets: they are not carried.
 - One process of a group of ktm processes syncs: the one that owns the first partition.
 """
 
@@ -37,6 +41,14 @@ from relay.translation import TP, Ask, Translator
 
 log = logging.getLogger(__name__)
 
+# ListGroups states (KIP-518, and KIP-848's for consumer groups) of a group with members, and
+# of one without; any other ("Unknown": Tansu's, or none before ListGroups v4) is asked of
+# DescribeGroups.
+ACTIVE_STATES = frozenset(
+    {"Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
+)
+IDLE_STATES = frozenset({"Empty", "Dead"})
+NO_OFFSETS = frozenset({"share"})  # group types that commit no offsets (KIP-932)
 AGE_EVERY = 1.0  # seconds between updates of the sync-age gauges
 CLOSE_WAIT = 2.0  # a sync busy with a cluster that does not answer ends by itself (daemon)
 
@@ -55,12 +67,12 @@ class GroupResult:
     group: str
     read_at: float  # unix time the group's source offsets were read
     partitions: tuple[Translated, ...]
-    members: int  # members on the target: nothing is committed while there are any
+    active: str  # why the group is active on the target ("": it is not); then no commit
     committed: int = 0  # destination partitions committed by this sync
 
     @property
     def complete(self) -> bool:
-        return self.members == 0 and all(p.offset is not None for p in self.partitions)
+        return not self.active and all(p.offset is not None for p in self.partitions)
 
 
 class GroupSync:
@@ -101,14 +113,18 @@ class GroupSync:
         """One sync: every carried group's translation, committed on the target if `commit`."""
         cfg, source = self.cfg, self._source()
         routes = list(self._routes())
-        found = admin.list_groups(source, self.timeout)
-        groups = carried_groups(cfg.groups.include, cfg.groups.exclude, cfg.app.group_id, found)
+        found = admin.listed_groups(source, self.timeout)
+        with_offsets = [g for g, listed in found.items() if listed.type not in NO_OFFSETS]
+        groups = carried_groups(
+            cfg.groups.include, cfg.groups.exclude, cfg.app.group_id, with_offsets
+        )
         if not groups:
             return []
         read_at = time.time()
         on_source = admin.groups_committed(source, groups, self.timeout)
         progress = self._relay_progress(source, routes)  # read before the destination's ends
         on_target = admin.groups_committed(self.target, groups, self.timeout)
+        target_groups = admin.listed_groups(self.target, self.timeout)
         by_dest: dict[TP, list[SourcePartition]] = {}
         for route in routes:
             by_dest.setdefault((route.target_topic, route.target_partition), []).append(route.key)
@@ -116,7 +132,8 @@ class GroupSync:
             {d for g in groups for d, keys in by_dest.items() if _any(on_source[g], keys)}
         )
         self._seen = {}
-        with closing(Translator(self.target, self.timeout)) as translator:
+        sole = frozenset(dest for dest, keys in by_dest.items() if len(keys) == 1)
+        with closing(Translator(self.target, self.timeout, sole)) as translator:
             bounds = translator.bounds(wanted) if wanted else {}
             self._search_all(translator, groups, by_dest, on_source, bounds)
         results = []
@@ -127,8 +144,8 @@ class GroupSync:
                 for dest, keys in sorted(by_dest.items())
                 if _any(on_source[group], keys)
             )  # fmt: skip
-            members = admin.group_members(self.target, group, self.timeout)
-            results.append(GroupResult(group, read_at, parts, members))
+            active = self._activity(group, target_groups.get(group))
+            results.append(GroupResult(group, read_at, parts, active))
         self._copies = self._seen  # only what this sync used: the cache never grows
         return [self._commit(r) for r in results] if commit else results
 
@@ -191,8 +208,17 @@ class GroupSync:
             offset = found if offset is None else min(offset, found)
         return Translated(dest, offset, end, before, sources)
 
+    def _activity(self, group: str, listed: admin.ListedGroup | None) -> str:
+        """Why `group` counts as active on the target ("": it does not)."""
+        if listed is not None and listed.state in ACTIVE_STATES:
+            return f"{listed.state}, {listed.type or 'classic'} protocol"
+        if listed is not None and listed.state in IDLE_STATES:
+            return ""
+        members = admin.group_members(self.target, group, self.timeout)  # no state said
+        return f"{members} member(s)" if members else ""
+
     def _commit(self, result: GroupResult) -> GroupResult:
-        if result.members:
+        if result.active:
             return result
         moved = {
             p.dest: p.offset
@@ -200,8 +226,11 @@ class GroupSync:
             if p.offset is not None and (p.before is None or p.offset > p.before)
         }
         if moved:
-            admin.commit_group(self.target, result.group, moved, self.timeout)
-        return GroupResult(result.group, result.read_at, result.partitions, 0, len(moved))
+            try:
+                admin.commit_group(self.target, result.group, moved, self.timeout)
+            except admin.GroupHasMembers as exc:  # a member joined since the state was read
+                return GroupResult(result.group, result.read_at, result.partitions, str(exc))
+        return GroupResult(result.group, result.read_at, result.partitions, "", len(moved))
 
     # ---- the sync thread ----------------------------------------------------------------
 
@@ -229,15 +258,15 @@ class GroupSync:
 
     def _report(self, result: GroupResult) -> None:
         m, group = self.metrics, result.group
-        m.group_active.labels(group).set(1 if result.members else 0)
-        if result.members and group not in self._active:
+        m.group_active.labels(group).set(1 if result.active else 0)
+        if result.active and group not in self._active:
             log.warning(
-                "group %s has %d member(s) on the target: ktm no longer commits its offsets "
-                "there (its consumers moved; they commit for themselves)",
+                "group %s is active on the target (%s): ktm does not commit its offsets there "
+                "while it is (its consumers moved; they commit for themselves)",
                 group,
-                result.members,
+                result.active,
             )
-        self._active = (self._active | {group}) if result.members else (self._active - {group})
+        self._active = (self._active | {group}) if result.active else (self._active - {group})
         trailing = {p.dest: p.end - p.offset for p in result.partitions if p.offset is not None}
         for (topic, partition), records in (
             trailing if m.per_partition else per_topic(trailing)

@@ -13,6 +13,7 @@ gets the smallest of their translations (it may read a few records again, never 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from relay.clients import admin
 from relay.config import Config
@@ -29,6 +30,7 @@ def carry_groups(cfg: Config, routes: list[PartitionRoute], timeout: float) -> l
     store_cfg, target = cfg.need_store(), cfg.need_target().cluster
     store = store_of(store_cfg)
     lines = []
+    feeders = Counter((r.target_topic, r.target_partition) for r in routes)
     for group in store.list_groups(store_cfg.cluster):
         snapshot = store.read_json(group_snapshot_path(store_cfg.cluster, group)) or {}
         offsets = snapshot.get("offsets", {})
@@ -38,7 +40,8 @@ def carry_groups(cfg: Config, routes: list[PartitionRoute], timeout: float) -> l
             if committed is None:
                 continue
             dest = (route.target_topic, route.target_partition)
-            found = first_copy_at_or_after(target, dest, route.key, int(committed), timeout)
+            found = first_copy_at_or_after(target, dest, route.key, int(committed), timeout,
+                                           sole=feeders[dest] == 1)  # fmt: skip
             translated[dest] = min(found, translated.get(dest, found))
         if translated:
             admin.commit_group(target, group, translated, timeout)

@@ -4,7 +4,9 @@
 
 A record is compared as the bytes a relay copies unchanged: its key, value and headers as
 framed in its batch (`Copy`), with its timestamp (and the timestamp's type where the copy keeps
-it). Nothing is decoded but the records a filter must see.
+it). Nothing is decoded but the records a filter must see. A destination batch in LogAppendTime
+(a topic with `message.timestamp.type=LogAppendTime`) holds the broker's append time, not the
+timestamp ktm wrote: its records' timestamps are not compared.
 
 Whole batches: a relay copies a source batch that needs no change byte for byte but for its
 last record (`relay.batches.build`). A source batch every record of which must be in the copy
@@ -100,7 +102,9 @@ def _records(batch: SourceBatch, buf: bytes) -> Iterator[tuple[RecordAt, int, in
         pos = at.end
 
 
-def copy_of(buf: bytes, at: RecordAt, timestamp: int, kind: int = -1, strip: bool = False) -> Copy:
+def copy_of(
+    buf: bytes, at: RecordAt, timestamp: int | None, kind: int = -1, strip: bool = False
+) -> Copy:
     """A record's key, value and headers as they are framed in their batch (the bytes a relay
     copies unchanged), its timestamp and type. `strip`: without its last header (the
     provenance header ktm appended: `relay.batches.records.with_header` in reverse)."""
@@ -124,7 +128,9 @@ def stored_copy(record: Any, keep_type: bool) -> Copy:
 
 def differing_field(wanted: Copy, got: Copy) -> str | None:
     """The first of key, value, headers, timestamp and its type in which two copies differ
-    (None: equal)."""
+    (None: equal). A copy with no timestamp (the broker's append time) is compared without."""
+    if got[1] is None:
+        wanted = (wanted[0], None, wanted[2])
     if wanted == got:
         return None
     for name, a, b in zip(FIELDS, _fields(wanted[0]), _fields(got[0]), strict=False):
@@ -261,16 +267,23 @@ def claims(
     for at, offset, ts in _records(batch, buf):
         own = last_provenance(decode_at(buf, at, header.base_offset, ts).headers)
         if own is None or own.batch:
-            yield Claim(None, -1, offset, copy_of(buf, at, ts))
+            yield Claim(None, -1, offset, copy_of(buf, at, _compared(batch, ts)))
         else:
-            yield Claim(own, own.first, offset, copy_of(buf, at, ts, strip=True))
+            yield Claim(own, own.first, offset, copy_of(buf, at, _compared(batch, ts), strip=True))
+
+
+def _compared(batch: SourceBatch, timestamp: int) -> int | None:
+    """A destination record's timestamp as compared: None where its batch is LogAppendTime
+    (the destination broker's time, not the one ktm wrote)."""
+    return None if batch.header.attributes & LOG_APPEND_TIME else timestamp
 
 
 def _batch_form(batch: SourceBatch, buf: bytes, found: Provenance | None) -> Iterator[Claim]:
-    """A batch-form batch read record by record: its timestamps as the batch says (LogAppendTime
-    too), and each record's source offset from the runs (when they fit its records)."""
+    """A batch-form batch read record by record: its timestamps as the batch says (none where
+    it is LogAppendTime), and each record's source offset from the runs (when they fit its
+    records)."""
     offsets = [o for first, end in found.runs for o in range(first, end + 1)] if found else []
     count = batch.header.record_count
     for index, (at, offset, ts) in enumerate(_records(batch, buf)):
-        copy = copy_of(buf, at, ts, strip=index == count - 1)
+        copy = copy_of(buf, at, _compared(batch, ts), strip=index == count - 1)
         yield Claim(found, offsets[index] if found else -1, offset, copy)

@@ -66,7 +66,10 @@ def _block_picked(key: SourcePartition, block: int, fraction: float) -> bool:
 
 
 OPEN = 2**62  # the end of a range that has none (--follow: up to what is there at each pass)
-Copy = tuple[bytes, int, int]  # relay.pipelines.verify.compare: a record as compared
+# A record as compared (relay.pipelines.verify.compare): its key, value and headers as framed,
+# its timestamp (None: a LogAppendTime destination's, the broker's own time, not compared) and
+# its timestamp type (-1: not compared).
+Copy = tuple[bytes, int | None, int]
 
 
 @dataclass(frozen=True)
