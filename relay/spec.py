@@ -75,6 +75,10 @@ class TaskSpec:
     filters: tuple[FilterSpec, ...] = ()
 
 
+# What a run of records written became, as far as a task can tell (PartitionProgress.unsure)
+ACKED, NOT_WRITTEN, UNKNOWN = 1, 0, -1
+
+
 @dataclass(frozen=True)
 class PartitionProgress:
     """One partition's totals since the task attempt started (cumulative, so a lost report
@@ -97,9 +101,10 @@ class PartitionProgress:
     # records it lacks, so the partition resumes exactly at next_offset (see KafkaWriter in
     # relay.pipelines.kafka_target)
     hole: bool = False
-    # in a task's last report: (first source offset, records) of each run written and never
-    # acknowledged; the driver counts those it finds at the destination afterwards
-    unsure: tuple[tuple[int, int], ...] = ()
+    # in a task's last report: (first source offset, records, ACKED / NOT_WRITTEN / UNKNOWN:
+    # relay.clients.delivery) of each run written and not counted as acknowledged; the driver
+    # counts those it finds at the destination afterwards and never resumes past a refused one
+    unsure: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kafka.errors import (
+    BrokerResponseError,
+    NotEnoughReplicasAfterAppendError,
+    RequestTimedOutError,
+)
+
+from relay.spec import ACKED, NOT_WRITTEN, UNKNOWN
+
+# Broker answers after which the records may be in the log all the same: appended, not yet
+# replicated enough; or the broker gave up waiting for the replicas
+MAY_BE_APPENDED = (RequestTimedOutError, NotEnoughReplicasAfterAppendError)
+
 
 class Delivery:
     """How a run of records sent together ended: pending, acknowledged, or failed."""
@@ -55,6 +67,17 @@ class Delivery:
 
     def acked(self) -> bool:
         return self.done and self.error() is None
+
+    def written(self) -> int:
+        """ACKED, NOT_WRITTEN (the broker refused it: it is not in the log), or UNKNOWN (still
+        out, or ended without an answer: timed out, cut off, abandoned; it may have landed)."""
+        if not self.done:
+            return UNKNOWN
+        error = self.error()
+        if error is None:
+            return ACKED
+        refused = isinstance(error, BrokerResponseError)
+        return NOT_WRITTEN if refused and not isinstance(error, MAY_BE_APPENDED) else UNKNOWN
 
     def on_ack(self, callback: Callable[[], None]) -> None:
         """Call `callback` (on the producer's I/O thread) once acknowledged; never on failure."""

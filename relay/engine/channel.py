@@ -78,7 +78,7 @@ def decode_progress(rows: list[list[Any]]) -> tuple[PartitionProgress, ...]:
             segments=int(r[10]),
             waiting=None if r[11] is None else (str(r[11][0]), float(r[11][1])),
             hole=bool(r[12]),
-            unsure=tuple((int(first), int(count)) for first, count in r[13]),
+            unsure=tuple((int(first), int(count), int(state)) for first, count, state in r[13]),
         )
         for r in rows
     )

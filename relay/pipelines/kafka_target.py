@@ -248,12 +248,13 @@ class KafkaWriter:
             self.unacked_bytes -= done.size
         return self.pending[0].first if self.pending else processed_to
 
-    def unacknowledged(self) -> tuple[tuple[int, int], ...]:
-        """(first source offset, records) of each run written and not acknowledged: when the
-        task ends on a failure, some may have landed all the same (a frozen broker answers
-        after the delivery timeout); the driver counts those it then finds at the destination
-        (a batch lands whole or not at all)."""
-        return tuple((sent.first, sent.records) for sent in self.pending)
+    def unacknowledged(self) -> tuple[tuple[int, int, int], ...]:
+        """(first source offset, records, what became of them: relay.clients.delivery's ACKED,
+        NOT_WRITTEN or UNKNOWN) of each run written and not counted as acknowledged yet. When
+        the task ends on a failure the driver reads the destination's tail: it counts the runs
+        found there (a batch lands whole or not at all), and never resumes past a run the
+        broker refused or never got (a hole, whatever the task itself saw of it)."""
+        return tuple((sent.first, sent.records, sent.delivery.written()) for sent in self.pending)
 
     def failure(self) -> DeliveryFailure | None:
         """Why the first unacknowledged run failed (None while it may still be acknowledged),

@@ -173,6 +173,11 @@ def test_a_batch_expired_unsent_stops_its_partition_so_no_hole_can_form(target_b
         producer.close()
     assert writer.done_up_to(125) == 100
     assert failure is not None and not failure.hole and failure.key == ("src", 3)
+    # never sent: the driver knows these records are not at the destination (no resync passes
+    # them, whatever lands after them)
+    from relay.spec import NOT_WRITTEN
+
+    assert {state for _, _, state in writer.unacknowledged()} == {NOT_WRITTEN}
     assert "src[3] offsets 100-" in str(failure)
     landed = read_all(target_broker.bootstrap, topic)
     assert landed[0] == []  # nothing behind the expired batch went out: no hole

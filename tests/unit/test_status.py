@@ -240,3 +240,29 @@ def test_a_partition_that_stops_moving_plans_with_no_rate() -> None:
     clock.now += 10.0  # no report of it since: live reports leave out what did not move
     assert status.rows()[("orders", 0)].rate == 0.0
     assert status.snapshot().rows[0].rate == 0.0
+
+
+def test_a_failed_tasks_runs_that_landed_count_and_a_refused_one_is_never_passed() -> None:
+    """A failed task's last report names its unacknowledged runs (first offset, records, what
+    became of them). The resync after it counts the runs the destination's tail shows landed,
+    and a run the broker refused (or never got) with the tail past it is a hole: the partition
+    resumes there, not after the tail (issue 35: 2,107 records lost on a rolling restart)."""
+    from relay.spec import ACKED, NOT_WRITTEN, UNKNOWN
+
+    status, _, metrics = make_status()
+    runs = ((10, 5, ACKED), (15, 5, UNKNOWN), (20, 5, UNKNOWN))
+    status.apply((1, 0, 0), [progress(0, 10, produced=10, unsure=runs)])
+    assert status.advance(("orders", 0), 20, ours=True)  # 10-19 landed; 20-24 did not
+    assert status.snapshot().relayed == 20
+
+    status.apply((2, 0, 0), [progress(0, 20)])
+    runs = ((20, 5, NOT_WRITTEN), (25, 5, UNKNOWN), (30, 5, ACKED))
+    status.apply((2, 0, 0), [progress(0, 20, unsure=runs)])
+    assert not status.advance(("orders", 0), 35, ours=True)  # the tail is past 20-24: a hole
+    assert status.next_offsets()[("orders", 0)] == 20
+    labels = {"source_topic": "orders", "source_partition": "0"}
+    assert metrics.registry.get_sample_value("ktm_destination_holes_total", labels) == 1.0
+
+    status.apply((3, 0, 0), [progress(0, 20, unsure=((20, 5, UNKNOWN),))])
+    assert status.advance(("orders", 0), 25, ours=False)  # a takeover counts nothing
+    assert status.snapshot().relayed == 20

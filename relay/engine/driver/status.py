@@ -20,7 +20,13 @@ from relay.engine.driver.failover import NodeView
 from relay.engine.driver.fetch_trouble import FetchTroubles
 from relay.engine.driver.halts import Halt, Halts
 from relay.engine.metrics import ALL_PARTITIONS, Metrics, partition_label, per_topic
-from relay.spec import FetchTrouble, PartitionProgress, PartitionRoute, SourcePartition
+from relay.spec import (
+    NOT_WRITTEN,
+    FetchTrouble,
+    PartitionProgress,
+    PartitionRoute,
+    SourcePartition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +118,7 @@ class Status:
         self._rows: dict[SourcePartition, PartitionRow] = {}
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
         # runs a failed task wrote and never saw acknowledged (PartitionProgress.unsure)
-        self._unsure: dict[SourcePartition, tuple[tuple[int, int], ...]] = {}
+        self._unsure: dict[SourcePartition, tuple[tuple[int, int, int], ...]] = {}
         self._waited: set[tuple[tuple[str, str], str]] = set()
         # Metric children looked up once: counters by partition, gauges by their labels.
         self._counter_children: dict[SourcePartition, tuple[Any, Any, Any]] = {}
@@ -277,20 +283,39 @@ class Status:
         """Move a next offset forward (the destination holds more than was acknowledged: a
         resync after a failure, or a failover); never back, and never past a hole (the tail is
         past records the destination lacks). True if it moved. `ours`: this process wrote what
-        lies in between (no other process owned the partition meanwhile), so the runs its
-        failed tasks wrote unacknowledged and that landed count as relayed."""
+        lies in between (no other process owned the partition meanwhile): the runs its failed
+        tasks wrote unacknowledged and that landed count as relayed, and a run the broker
+        refused or never got, with the tail past it, is a hole: the partition resumes there."""
         with self._lock:
             row = self._rows[key]
             unsure = self._unsure.pop(key, ())
-            if next_offset <= row.next_offset or row.pinned_at is not None:
+            unsure = unsure if ours else ()  # another process may have written them
+            if row.pinned_at is not None:
                 return False
-            landed = sum(n for first, n in unsure if row.next_offset <= first < next_offset)
-            landed = landed if ours else 0
+            inside = [run for run in unsure if row.next_offset <= run[0] < next_offset]
+            lost = [first for first, _, state in inside if state == NOT_WRITTEN]
+            if lost:
+                next_offset = min(lost)
+                self._hole(row, next_offset)
+            if next_offset <= row.next_offset:
+                return False
+            landed = sum(n for first, n, state in inside if first < next_offset)
             self._rows[key] = replace(row, next_offset=next_offset, relayed=row.relayed + landed)
         if landed:
             self._counters(row.route)[1].inc(landed)
         self._publish([key])
         return True
+
+    def _hole(self, row: PartitionRow, at: int) -> None:
+        """The destination's tail is past records it lacks (they were refused, or never sent,
+        while later ones landed): said, counted, and the partition resumes at them."""
+        route = row.route
+        log.warning(
+            "hole at destination %s[%s]: records of %s[%s] from offset %s were not written while "
+            "later ones landed; relaying again from %s (those later records may arrive twice)",
+            route.target_topic, route.target_partition, route.topic, route.partition, at, at,
+        )  # fmt: skip
+        self.metrics.holes.labels(route.topic, partition_label(self.metrics, route.partition)).inc()
 
     def next_offsets(self) -> dict[SourcePartition, int]:
         with self._lock:

@@ -176,7 +176,7 @@ class SegmentWriter:
     def flush_needed(self) -> bool:
         return False
 
-    def unacknowledged(self) -> tuple[tuple[int, int], ...]:
+    def unacknowledged(self) -> tuple[tuple[int, int, int], ...]:
         """A segment is written synchronously: nothing is ever in doubt."""
         return ()
 
