@@ -1,5 +1,6 @@
-"""`python -m scripts.bench [--quick] [--sections a,b] ...`: run the chosen measurements on two
-local Tansu brokers started here, print each table as it is done and all of them at the end."""
+"""`python -m scripts.bench [--quick] [--sections a,b] [--brokers tansu|kafka] ...`: run the
+chosen measurements on two local brokers started here (Tansu, or single-node Apache Kafka
+clusters), print each table as it is done and all of them at the end."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from pathlib import Path
 from types import FrameType
 
 from scripts.bench import (
+    brokers,
     measure_channel,
     measure_copy,
     measure_groups,
     measure_links,
     measure_live,
+    measure_rolling,
     measure_roundtrip,
     measure_scale,
     measure_stop,
@@ -25,7 +28,6 @@ from scripts.bench import (
     measure_verify,
 )
 from scripts.bench.contenders import Bench, has_confluent, ktm_version
-from scripts.bench.data import Cluster
 from scripts.bench.machine import header, load_average
 from scripts.bench.options import Options, parse_args
 from scripts.bench.processes import kill_all
@@ -48,6 +50,7 @@ MEASURES: dict[str, Callable[[Bench, Options], Table]] = {
     "scale": measure_scale.scale,
     "verify": measure_verify.verify,
     "verify_follow": measure_verify.verify_follow,
+    "rolling": measure_rolling.rolling,
 }
 BAD_CHECKS = ("WRONG", "FAILED")
 
@@ -119,11 +122,12 @@ def run_sections(bench: Bench, opts: Options) -> tuple[list[Table], bool]:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    print(header(describe(opts), ktm_version()), flush=True)  # no ktm: fails here, not later
+    about = brokers.describe(opts.brokers)
+    print(header(describe(opts), ktm_version(), about), flush=True)  # no ktm: fails here
     workdir = Path(tempfile.mkdtemp(prefix="ktm-bench-"))
     Interrupts()
     try:
-        with Cluster(workdir) as cluster:
+        with brokers.open_brokers(opts.brokers, workdir) as cluster:
             tables, ok = run_sections(Bench(cluster, workdir, opts.ktm_set), opts)
     except KeyboardInterrupt:
         print(f"\ninterrupted: contenders and brokers stopped; logs in {workdir}", flush=True)

@@ -92,6 +92,11 @@ def settings_by_section(settings: tuple[str, ...]) -> dict[str, list[str]]:
     return sections
 
 
+def servers(bootstrap: str) -> str:
+    """A TOML list of a bootstrap's addresses: "h:1,h:2" -> ["h:1", "h:2"]."""
+    return json.dumps([address.strip() for address in bootstrap.split(",")])
+
+
 def ktm_config(
     bench: Bench, routes: dict[str, str], metrics_port: int, discover: str | None = None
 ) -> str:
@@ -101,12 +106,12 @@ def ktm_config(
         f'group_id = "{unique("bench")}"',
         *sections["app"],
     ]
-    sections["target"] = [f'servers = ["{bench.cluster.dst}"]', *sections["target"]]
+    sections["target"] = [f"servers = {servers(bench.cluster.dst)}", *sections["target"]]
     lines = ["[topics]\n" + "".join(f'"{s}" = "{t}"\n' for s, t in routes.items())]
     if discover is not None:  # the topics a pattern matches, copies under the same names
         lines.append(f"[discover]\ninclude = [{json.dumps(discover)}]\n")
         sections["target"].append("create_topics = true")
-    lines.append(f'[[sources]]\nname = "bench-source"\nservers = ["{bench.cluster.src}"]\n')
+    lines.append(f'[[sources]]\nname = "bench-source"\nservers = {servers(bench.cluster.src)}\n')
     for section, body in sections.items():
         if body:
             lines.append(f"[{section}]\n" + "\n".join(body) + "\n")

@@ -1,7 +1,8 @@
 """Brokers, topics and data: produce datasets, read topics back record by record, count them.
 
 Everything is read to the high watermark of a fetch, never to end_offsets(): Tansu's
-ListOffsets reports the last batch's base offset + 1 (docs/development.md).
+ListOffsets reports the last batch's base offset + 1 (docs/development.md). The brokers
+themselves: scripts/bench/brokers.py.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from testbed.tansu import BrokerPair, TansuBroker
 from testbed.topics import create_topic
 
 PROVENANCE_HEADER = "ktm.src"  # relay.spec.PROVENANCE_HEADER: ktm adds it, the source lacks it
@@ -28,8 +27,13 @@ Digest = dict[int, tuple[int, str]]  # partition -> (records, hash of those reco
 
 
 class Brokers(Protocol):
-    """Where the bench's source and destination topics live: `Cluster` (loopback) or
-    `scripts.bench.measure_links.LinkedCluster` (behind delaying proxies)."""
+    """Where the bench's source and destination topics live: `scripts.bench.brokers.Cluster`
+    (Tansu) or `.KafkaPair` (Apache Kafka) on loopback, `scripts.bench.measure_links.
+    LinkedCluster` (behind delaying proxies), or `scripts.bench.measure_rolling`'s three-node
+    destination. `kind`: "tansu" or "kafka"."""
+
+    @property
+    def kind(self) -> str: ...
 
     @property
     def src(self) -> str: ...
@@ -37,17 +41,14 @@ class Brokers(Protocol):
     @property
     def dst(self) -> str: ...
 
-
-class Cluster(BrokerPair[TansuBroker]):
-    """One source and one destination Tansu broker, stopped on exit whatever happened."""
-
-    def __init__(self, log_dir: Path):
-        source = TansuBroker("bench-source", log_dir=log_dir)
-        super().__init__(source, TansuBroker("bench-target", log_dir=log_dir))
+    def broker_pids(self) -> dict[str, list[int]]:
+        """ "source" and "destination": the pids of their broker processes."""
+        ...
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
-    """Tansu keeps every record in memory: drop each topic as soon as it has served."""
+    """Tansu keeps every record in memory: drop each topic as soon as it has served (on Apache
+    Kafka this frees the disk, in the background, and is otherwise harmless)."""
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
         try:

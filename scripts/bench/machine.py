@@ -50,7 +50,7 @@ def code_version() -> str:
     return f"git {head}; uncommitted in relay/: {', '.join(dirty) or 'none'}"
 
 
-def header(settings: str, ktm: str) -> str:
+def header(settings: str, ktm: str, brokers: str) -> str:
     rule = "=" * 100
     return "\n".join(
         [
@@ -61,8 +61,7 @@ def header(settings: str, ktm: str) -> str:
             f"code:    {code_version()}",
             f"ktm:     {ktm}",
             f"runs:    {settings}",
-            "brokers: Tansu (memory storage), one source and one destination broker on this "
-            "machine, sharing its CPUs with the contenders",
+            f"brokers: {brokers}",
             rule,
         ]
     )

@@ -4,11 +4,14 @@ record by record. Sections: throughput, partitions, steady, scaling."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from scripts.bench import report
+from scripts.bench.brokers import BROKER_NAMES, SIDES, BrokerCpu, used_since
 from scripts.bench.ceiling import RECORD_BYTES, produce_ceiling
 from scripts.bench.contenders import LABELS, Bench, Ktm, has_confluent, launch, runnable
 from scripts.bench.data import Dataset, EndOffsets, dataset, topic_on, verify_copy
@@ -39,6 +42,9 @@ class CopyRun:
     window_samples: int = 0  # destination samples the steady rate was fitted on
     window_seconds: float | None = None
     cpu_cores: float | None = None  # CPU seconds of the tree per second over the same window
+    # the brokers' own CPU ("source", "destination"): seconds from launch to exit (copy
+    # sections), CPU seconds per second over the steady window (steady sections)
+    broker_cpu: dict[str, float | None] | None = None
 
 
 def _finish(
@@ -60,9 +66,13 @@ def copy_once(bench: Bench, kind: str, data: Dataset) -> CopyRun:
         return CopyRun(kind, None, "skipped: pip install confluent-kafka")
     print(f"  {LABELS[kind]}: copying (load average {load_average()}) ...", flush=True)
     with topic_on(bench.cluster.dst, f"bench-{kind}", data.partitions) as target:
+        brokers = BrokerCpu(bench.cluster)
+        before = brokers.seconds()
         with launch(kind, bench, (data.topic, target), data.partitions, continuous=False) as proc:
             finished = proc.wait(run_timeout(data.records))
+        used = used_since(before, brokers.seconds())
         run = _finish(kind, proc, finished, bench, data, target)
+        run.broker_cpu = dict(used)
         if run.check == "ok":
             run.wire = topic_wire(bench.cluster.dst, target, data.partitions)
     return run
@@ -70,17 +80,22 @@ def copy_once(bench: Bench, kind: str, data: Dataset) -> CopyRun:
 
 def watched_copy(
     bench: Bench, kind: str, data: Dataset, target: str
-) -> tuple[Launched, Finished, list[Sample]]:
+) -> tuple[Launched, Finished, list[Sample], dict[str, list[Sample]]]:
     """A copy with the destination's end offsets sampled while it runs: the same yardstick for
-    every contender. (process, how it ended, (time, records in the destination))."""
+    every contender. (process, how it ended, (time, records in the destination), per side
+    (time, CPU ms of its broker))."""
     ends = EndOffsets(bench.cluster.dst, target, data.partitions)
+    brokers = BrokerCpu(bench.cluster)
+    cpu = {side: Sampler(functools.partial(brokers.millis, side), SAMPLE_EVERY_S) for side in SIDES}
     try:
         with launch(kind, bench, (data.topic, target), data.partitions, continuous=False) as proc:
-            with Sampler(ends, DEST_EVERY_S) as written:
+            with Sampler(ends, DEST_EVERY_S) as written, ExitStack() as stack:
+                for sampler in cpu.values():
+                    stack.enter_context(sampler)
                 finished = proc.wait(run_timeout(data.records))
     finally:
         ends.close()
-    return proc, finished, written.samples
+    return proc, finished, written.samples, {side: cpu[side].samples for side in SIDES}
 
 
 def steady_once(
@@ -95,7 +110,7 @@ def steady_once(
         flush=True,
     )
     with topic_on(bench.cluster.dst, f"bench-steady-{kind}", data.partitions) as target:
-        proc, finished, written = watched_copy(bench, kind, data, target)
+        proc, finished, written, broker_ms = watched_copy(bench, kind, data, target)
         if before_check is not None:
             before_check()
         run = _finish(kind, proc, finished, bench, data, target)
@@ -104,9 +119,17 @@ def steady_once(
     if run.rate is not None:
         window = in_window(written, low, high)
         run.window_seconds = span
-        cpu_ms = growth_per_second(proc.monitor.cpu_history, window[0][0], window[-1][0])
+        span_at = window[0][0], window[-1][0]
+        cpu_ms = growth_per_second(proc.monitor.cpu_history, *span_at)
         run.cpu_cores = None if cpu_ms is None else cpu_ms / 1000
+        run.broker_cpu = {side: cores(broker_ms[side], span_at) for side in SIDES}
     return run
+
+
+def cores(cpu_ms: list[Sample], span: tuple[float, float]) -> float | None:
+    """CPU seconds per second over ``span`` from (time, CPU ms) samples."""
+    grew = growth_per_second(cpu_ms, *span)
+    return None if grew is None else grew / 1000
 
 
 COPY_HEADERS = [
@@ -120,6 +143,8 @@ COPY_HEADERS = [
     "peak PSS MB",
     "CPU s",
     "CPU µs/record",
+    "src broker CPU s",
+    "dst broker CPU s",
     "bytes/record src",
     "bytes/record dst",
     "dst/src bytes",
@@ -147,6 +172,7 @@ def copy_rows(table: Table, data: Dataset, runs: list[CopyRun], source: Wire) ->
             report.megabytes(fin.peak_pss if fin else None),
             report.seconds(fin.cpu_seconds if fin else None),
             report.per_record_us(fin.cpu_seconds if fin else None, data.records),
+            *broker_cells(run, report.seconds),
             report.decimal(source.per_record),
             report.decimal(dst),
             report.ratio(dst, source.per_record),
@@ -155,6 +181,18 @@ def copy_rows(table: Table, data: Dataset, runs: list[CopyRun], source: Wire) ->
             summary.get("rounds", report.NA),
             run.check,
         )
+
+
+def broker_cells(run: CopyRun, show: Callable[[float | None], str]) -> list[str]:
+    """The source's and the destination's broker CPU of a run, formatted by `show`."""
+    cpu = run.broker_cpu or {}
+    return [show(cpu.get(side)) for side in SIDES]
+
+
+def brokers_total(run: CopyRun) -> float | None:
+    cpu = run.broker_cpu or {}
+    values = [cpu.get(side) for side in SIDES]
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
 def copy_table(title: str) -> Table:
@@ -167,6 +205,9 @@ def copy_table(title: str) -> Table:
             "RSS/PSS summed over the process tree (sampled every 0.25 s); CPU s = user+system "
             "of the tree, whole process (ktm: JVM and Spark start included); CPU µs/record = "
             "CPU s / records. spark start, first record, rounds: from ktm's --summary-json.",
+            "src/dst broker CPU s: the source's / the destination's broker processes (psutil on "
+            "their pids), from the contender's launch to its exit; CPU s above is the "
+            "contender's own tree only.",
             "bytes/record = summed sizes of the topic's record batches as the broker serves "
             "them (fetched raw after the copy) / records: batch headers, framing, headers a "
             "relay adds (ktm: ktm.src) and compression included.",
@@ -179,10 +220,12 @@ def ceiling_rows(table: Table, bench: Bench, opts: Options) -> None:
     hand, and the broker's own CPU meanwhile."""
     records = CEILING_RECORDS[opts.quick]
     print(f"\n[throughput] produce ceiling: {records:,} records ...", flush=True)
-    ceiling = produce_ceiling(bench.workdir, records)
+    kind = bench.cluster.kind
+    ceiling = produce_ceiling(bench.workdir, records, kind)
+    broker = BROKER_NAMES[kind]
     for label, rate, cpu in [
         ("produce ceiling (confluent-kafka producer)", ceiling.rate, ceiling.producer_cpu),
-        ("  its broker (Tansu) meanwhile", None, ceiling.broker_cpu),
+        (f"  its broker ({broker}) meanwhile", None, ceiling.broker_cpu),
     ]:
         cells: dict[str, object] = dict.fromkeys(COPY_HEADERS, report.NA)
         cells |= {
@@ -193,12 +236,13 @@ def ceiling_rows(table: Table, bench: Bench, opts: Options) -> None:
             "records/s": report.count(rate),
             "CPU s": report.seconds(cpu),
             "CPU µs/record": report.per_record_us(cpu, records),
+            "dst broker CPU s": report.seconds(ceiling.broker_cpu),
             "copy check": ceiling.check,
         }
         table.add(*cells.values())
     table.notes.append(
         f"produce ceiling: confluent-kafka (in the benchmark's process) produces {records:,} "
-        f"records of {RECORD_BYTES} B, no key or headers, into one partition of a fresh Tansu "
+        f"records of {RECORD_BYTES} B, no key or headers, into one partition of a fresh {broker} "
         "broker (acks=all, linger 5 ms, 1 MB batches); seconds: first produce() to the end of "
         "flush(). CPU s: the producer's process, then the broker's, over that time. A producer "
         "far above the broker in CPU µs/record means the producer set this ceiling, not the "
@@ -245,6 +289,9 @@ STEADY_HEADERS = [
     "window s",
     "steady CPU cores",
     "steady CPU µs/record",
+    "steady src broker cores",
+    "steady dst broker cores",
+    "brokers µs/record",
     "whole process s",
     "peak RSS MB",
     "peak PSS MB",
@@ -266,6 +313,10 @@ def steady_notes(table: Table) -> None:
         f"sampled every {SAMPLE_EVERY_S} s); steady CPU µs/record = cores / steady records/s. "
         "whole process s, CPU s and CPU µs/record cover launch to exit (ktm: JVM and Spark "
         "start included). vs first row: steady records/s / the first row's.",
+        "steady src/dst broker cores: the source's / the destination's broker processes (psutil "
+        "on their pids) over the same window, apart from the contender's; brokers µs/record = "
+        "both / steady records/s. The destination's includes answering the ListOffsets "
+        "sampling.",
     ]
 
 
@@ -298,6 +349,8 @@ def steady_row(table: Table, data: Dataset, run: CopyRun, first: float | None) -
         report.seconds(run.window_seconds),
         report.seconds(run.cpu_cores, 2),
         report.per_record_us(run.cpu_cores, run.rate),
+        *broker_cells(run, lambda cores: report.seconds(cores, 2)),
+        report.per_record_us(brokers_total(run), run.rate),
         report.seconds(fin.wall if fin else None),
         report.megabytes(fin.peak_rss if fin else None),
         report.megabytes(fin.peak_pss if fin else None),

@@ -27,7 +27,7 @@ from relay.engine.metrics import Metrics
 from relay.pipelines.relay.group_sync import GroupSync
 from relay.spec import PartitionRoute
 from scripts.bench import report
-from scripts.bench.contenders import Bench, Ktm, unique
+from scripts.bench.contenders import Bench, Ktm, servers, unique
 from scripts.bench.data import dataset, topic_on
 from scripts.bench.measure_copy import run_timeout
 from scripts.bench.options import Options
@@ -91,8 +91,8 @@ def _syncer(
     include = ", ".join(f'"{name}"' for name in names)
     config.write_text(
         f'[app]\nmetrics_addr = ""\n\n[topics]\n"{source}" = "{dest}"\n\n'
-        f'[[sources]]\nname = "src"\nservers = ["{bench.cluster.src}"]\n\n'
-        f'[target]\nservers = ["{bench.cluster.dst}"]\n\n[groups]\ninclude = [{include}]\n'
+        f'[[sources]]\nname = "src"\nservers = {servers(bench.cluster.src)}\n\n'
+        f"[target]\nservers = {servers(bench.cluster.dst)}\n\n[groups]\ninclude = [{include}]\n"
     )
     cfg = load_config(Path(config))
     routes = [PartitionRoute(source, p, dest, p) for p in range(partitions)]

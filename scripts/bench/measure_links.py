@@ -27,11 +27,18 @@ LOOP_FLUSH_INTERVAL = 1.0
 
 
 class LinkedCluster(BrokerPair[FarBroker]):
-    """A source and a target broker, each behind its own link (0 ms until told otherwise)."""
+    """A source and a target broker, each behind its own link (0 ms until told otherwise).
+    Tansu whatever --brokers says: testbed.link's proxies front a Tansu broker."""
+
+    kind = "tansu"
 
     def __init__(self, log_dir: Path):
         source = FarBroker("bench-far-source", log_dir=log_dir)
         super().__init__(source, FarBroker("bench-far-target", log_dir=log_dir))
+
+    def broker_pids(self) -> dict[str, list[int]]:
+        pids = {"source": self.source.broker.pid, "destination": self.target.broker.pid}
+        return {side: [] if pid is None else [pid] for side, pid in pids.items()}
 
     def far(self, side: str, delay: float) -> None:
         (self.source if side == "source" else self.target).link.set_delay(delay)
@@ -40,7 +47,7 @@ class LinkedCluster(BrokerPair[FarBroker]):
 def links(bench: Bench, opts: Options) -> Table:
     table = Table(
         f"LINKS: a 240 ms round trip to the source or the target, {opts.partitions} partitions, "
-        f"{opts.steady_records:,} records of {opts.size} B",
+        f"{opts.steady_records:,} records of {opts.size} B, on Tansu brokers (any --brokers)",
         ["far side", *STEADY_HEADERS],
     )
     steady_notes(table)

@@ -11,6 +11,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from scripts.bench import report
+from scripts.bench.brokers import SIDES, BrokerCpu, used_since
 from scripts.bench.contenders import LABELS, Bench, Ktm, has_confluent, launch
 from scripts.bench.data import Dataset, dataset, topic_on, topic_pair
 from scripts.bench.feed import (
@@ -58,6 +59,7 @@ class LatencyRun:
     warm_up: float | None = None
     cpu_share: float | None = None  # CPU seconds of the tree per second while measuring
     cpu_seconds: float | None = None  # CPU seconds of the tree while measuring
+    broker_cores: dict[str, float] | None = None  # each side's broker, CPU s per s, the same
     finished: Finished | None = None
     check: str = "ok"
 
@@ -76,10 +78,15 @@ def latency_once(bench: Bench, kind: str, opts: Options) -> LatencyRun:
         try:
             warm_up(feeder, probe, proc.alive, WARM_UP_TIMEOUT_S)
             run.warm_up = time.monotonic() - proc.started
-            cpu_before, began = proc.monitor.cpu_seconds, time.monotonic()
+            brokers = BrokerCpu(bench.cluster)
+            cpu_before, brokers_before = proc.monitor.cpu_seconds, brokers.seconds()
+            began = time.monotonic()
             run.lat = measure_latency(feeder, probe, opts.rate, opts.seconds)
+            took = time.monotonic() - began
             run.cpu_seconds = proc.monitor.cpu_seconds - cpu_before
-            run.cpu_share = run.cpu_seconds / (time.monotonic() - began)
+            run.cpu_share = run.cpu_seconds / took
+            used = used_since(brokers_before, brokers.seconds())
+            run.broker_cores = {side: cpu / took for side, cpu in used.items()}
         except RuntimeError as exc:
             run.check = f"FAILED: {exc}"
         run.finished = stop(proc)
@@ -109,6 +116,8 @@ LATENCY_HEADERS = [
     "warm-up s",
     "CPU cores busy",
     "CPU µs/record",
+    "src broker cores",
+    "dst broker cores",
     "peak RSS MB",
     "check",
 ]
@@ -129,6 +138,7 @@ def latency_row(table: Table, run: LatencyRun, total: int) -> None:
         report.seconds(run.warm_up),
         report.seconds(run.cpu_share, 2),
         report.per_record_us(run.cpu_seconds, total),
+        *(report.seconds((run.broker_cores or {}).get(side), 2) for side in SIDES),
         report.megabytes(fin.peak_rss if fin else None),
         run.check,
     )
@@ -146,7 +156,9 @@ def latency(bench: Bench, opts: Options) -> Table:
         "wait. probe backlog > 0: the reader, not the relay, was late. sent at /s below the "
         "target: the feeder could not keep up.",
         f"CPU cores busy = CPU seconds of the relay's tree per second while timing (of "
-        f"{os.cpu_count()}); CPU µs/record = those CPU seconds / timed records.",
+        f"{os.cpu_count()}); CPU µs/record = those CPU seconds / timed records. src/dst broker "
+        "cores: the source's / the destination's broker processes (psutil on their pids) per "
+        "second over the same time, apart from the relay's (feeder and probe reader included).",
     ]
     for kind in opts.contenders:
         if kind == "confluent" and not has_confluent():

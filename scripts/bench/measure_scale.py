@@ -21,8 +21,9 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from scripts.bench import report
+from scripts.bench.brokers import Cluster, KafkaPair
 from scripts.bench.contenders import LABELS, Bench, Ktm, Loop, runnable, unique
-from scripts.bench.data import Cluster, fingerprint, record_fields
+from scripts.bench.data import fingerprint, record_fields
 from scripts.bench.machine import load_average
 from scripts.bench.options import Options
 from scripts.bench.processes import Finished
@@ -134,9 +135,9 @@ def verdict(expected: Digest, got: Digest, mapping: dict[str, str]) -> str:
 
 
 def fresh_target(bench: Bench) -> None:
-    """An empty destination broker on the same port (the loopback `Cluster` only)."""
-    if isinstance(bench.cluster, Cluster):
-        bench.cluster.target.restart()
+    """An empty destination broker on the same port (the loopback pairs only)."""
+    if isinstance(bench.cluster, Cluster | KafkaPair):
+        bench.cluster.fresh_target()
 
 
 def copy_many(

@@ -7,6 +7,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from scripts.bench.brokers import BROKER_KINDS
 from scripts.bench.contenders import CONTENDERS
 
 SECTIONS = (
@@ -26,9 +27,10 @@ SECTIONS = (
     "scale",
     "verify",
     "verify_follow",
+    "rolling",
 )
-# scaling, links, scale and the verify sections are optional: big backlogs, several Spark runs
-OPTIONAL = ("scaling", "links", "scale", "verify", "verify_follow")
+# optional: big backlogs, several Spark runs (rolling: a three-node cluster and its restart)
+OPTIONAL = ("scaling", "links", "scale", "verify", "verify_follow", "rolling")
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in OPTIONAL)
 STORE_KINDS = ("dir", "s3")
 
@@ -57,6 +59,8 @@ class Options:
     groups_cases: tuple[tuple[int, int, int], ...] = ()  # (groups, partitions, per group)
     repeat: int = 1  # runs of each section; tables show the median and range
     verify_records: tuple[int, ...] = ()  # records the verify section proves, case by case
+    brokers: str = "tansu"  # the source's and destination's kind: tansu or kafka
+    rolling_records: int = 1_000_000  # copied once undisturbed, once through a rolling restart
 
 
 # option: (full run, --quick). --quick keeps every section's shape (partition counts included)
@@ -76,6 +80,7 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "scale_cases": (((400, 120_000), (400, 1_200_000)), ((40, 12_000),)),
     "groups_cases": (((20, 16, 16),), ((20, 16, 16),)),
     "verify_records": ((1_000_000,), (50_000,)),
+    "rolling_records": (1_000_000, 100_000),
 }
 
 
@@ -113,14 +118,24 @@ def triples(text: str) -> tuple[tuple[int, int, int], ...]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m scripts.bench",
-        description="Benchmark ktm against plain consume/produce loops on local Tansu brokers.",
+        description="Benchmark ktm against plain consume/produce loops on local brokers "
+        "(Tansu or Apache Kafka) started here.",
     )
     add = p.add_argument
     add(
         "--sections",
         type=names(SECTIONS),
         default=DEFAULT_SECTIONS,
-        help=f"comma-separated, of: {','.join(SECTIONS)} (default: all but scaling)",
+        help=f"comma-separated, of: {','.join(SECTIONS)} (default: all but "
+        f"{','.join(OPTIONAL)}). rolling: a copy into a three-node Apache Kafka cluster, "
+        "undisturbed and through a rolling restart",
+    )
+    add(
+        "--brokers",
+        choices=BROKER_KINDS,
+        default="tansu",
+        help="the source and the destination: one Tansu broker each, or one single-node "
+        "Apache Kafka 4.4 cluster each (full JIT; started, stopped and removed here) [tansu]",
     )
     add(
         "--contenders",
@@ -191,6 +206,11 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
         help="verify section: the backlogs ktm verify proves, e.g. 1000000,10000000 [1000000]",
     )
     p.add_argument(
+        "--rolling-records",
+        type=int,
+        help="rolling section: records of each copy [1000000]",
+    )
+    p.add_argument(
         "--store",
         type=names(STORE_KINDS),
         default=("dir",),
@@ -237,4 +257,6 @@ def parse_args(argv: list[str] | None = None) -> Options:
         groups_cases=pick("groups_cases"),
         repeat=args.repeat,
         verify_records=pick("verify_records"),
+        brokers=args.brokers,
+        rolling_records=pick("rolling_records"),
     )

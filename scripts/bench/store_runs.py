@@ -20,14 +20,16 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from scripts.bench.contenders import Bench, ktm_executable, settings_by_section, unique
+from scripts.bench.contenders import Bench, ktm_executable, servers, settings_by_section, unique
 from scripts.bench.processes import Finished, Launched, adopt, disown, log_lines
 from scripts.bench.report import NA
 from testbed.ports import free_port
 from testbed.seaweed import SeaweedS3, s3_filesystem
 
 CLUSTER = "bench-source"  # [[sources]] name in every bench config, and [store].cluster
-SESSION_TIMEOUT = '"2s"'  # [app]: joining the group waits half of it on Tansu
+# [app], on Tansu only: joining the group waits half of it there; Apache Kafka refuses sessions
+# under its group.min.session.timeout.ms (6 s) and delays a new group by its own setting
+SESSION_TIMEOUT = '"2s"'
 SEGMENT = re.compile(r"(\d+)/(\d+)/(\d{20})-(\d{20})\.(parquet|jsonl)")
 CHECK_TIMEOUT_S = 120.0
 # `ktm check`, per partition: "  topic[3]: 2 segments, 75000 records, offsets 0-74999, no gaps"
@@ -165,13 +167,16 @@ class StoreJob:
         bench = self.bench
         sections = settings_by_section(bench.ktm_settings)
         app = sections.pop("app")
-        for key, value in (("session_timeout", SESSION_TIMEOUT), ("group_id", f'"{self.group}"')):
+        app_keys = [("group_id", f'"{self.group}"')]
+        if bench.cluster.kind == "tansu":
+            app_keys.append(("session_timeout", SESSION_TIMEOUT))
+        for key, value in app_keys:
             if not any(line.startswith(f"{key} ") for line in app):
                 app.append(f"{key} = {value}")
         app.insert(0, f'metrics_addr = "127.0.0.1:{free_port()}"')
         target_lines = sections.pop("target")
         if target is not None:
-            sections["target"] = [f'servers = ["{bench.cluster.dst}"]', *target_lines]
+            sections["target"] = [f"servers = {servers(bench.cluster.dst)}", *target_lines]
         place = self.place
         store = [f"url = {json.dumps(place.url)}", f'cluster = "{CLUSTER}"', *place.keys]
         user = sections.get("store", [])
@@ -180,7 +185,9 @@ class StoreJob:
         sections["store"] = [*store, *ours, *user]
         lines = [f'[topics]\n"{self.topic}" = "{target or self.topic}"\n']
         if target is None:
-            lines.append(f'[[sources]]\nname = "{CLUSTER}"\nservers = ["{bench.cluster.src}"]\n')
+            lines.append(
+                f'[[sources]]\nname = "{CLUSTER}"\nservers = {servers(bench.cluster.src)}\n'
+            )
         for section, body in {"app": app, **sections}.items():
             if body:
                 lines.append(f"[{section}]\n" + "\n".join(body) + "\n")
