@@ -73,6 +73,9 @@ class TaskSpec:
     report_interval: float = 0.5
     rates: Rates = Rates()
     filters: tuple[FilterSpec, ...] = ()
+    # source records deleted before they were read: "warn" goes on, "stop" halts the partition
+    # ([source_pool].on_loss, relay.losses)
+    on_loss: str = "warn"
 
 
 # What a run of records written became, as far as a task can tell (PartitionProgress.unsure)
@@ -105,6 +108,8 @@ class PartitionProgress:
     # relay.clients.delivery) of each run written and not counted as acknowledged; the driver
     # counts those it finds at the destination afterwards and never resumes past a refused one
     unsure: tuple[tuple[int, int, int], ...] = ()
+    # source offsets lost to the copy (first, end exclusive, cause: relay.losses), in order
+    lost: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,8 @@ class TaskError:
     # the destination refused the record at this source offset for good: the partition halts
     # there (relay.refusals); `message` names the record and the destination's rule
     halt_at: int | None = None
+    # the partition halts because these source offsets are lost (first, end, cause)
+    lost: tuple[int, int, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from relay.batches import SourceBatch, drop_aborted, split_batches
 from relay.clients.batch_fetch import Answer, BatchFetcher
 from relay.clients.consumer import TP, GroupReader
 from relay.config import ClusterConfig, FetchConfig
+from relay.losses import out_of_range
 from relay.spec import FetchTrouble
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class BatchReader(GroupReader):
         self._positions = dict(starts)
         self._paused = set()
         self._highwater = {}
+        self.losses = []
 
     def poll(self, timeout: float) -> dict[TP, list[SourceBatch]]:
         """The whole batches fetched for each partition that got an answer within `timeout`
@@ -142,23 +144,18 @@ class BatchReader(GroupReader):
     def _on_error(self, answer: Answer) -> bool:
         """Retriable errors (a leader moving, a node down, a fetch timed out) are retried by
         the next poll, and counted (True); the driver's health checks decide about a node that
-        stays down. A position before the log start (retention deleted records not yet
-        relayed) moves to the log start, as the record path's consumer does (auto_offset_reset=
-        earliest), with a warning naming the offsets lost; any other error fails the task."""
+        stays down. A position out of the log's range (retention deleted records not yet read,
+        or the log was truncated below it) is a loss (relay.losses): kept for the task to take,
+        and reading goes on at the log start or end; any other error fails the task."""
         key, error = answer.key, answer.fetched.error
         if isinstance(error, kafka_errors.OffsetOutOfRangeError):
             tp = self._tps[key]
             begin = self._consumer.beginning_offsets([tp])[tp]
-            if self._positions[key] < begin:
-                log.warning(
-                    "source records deleted before they were relayed: topic=%s partition=%s "
-                    "offsets=%s-%s; going on at the log start",
-                    key[0],
-                    key[1],
-                    self._positions[key],
-                    begin - 1,
-                )
-                self._positions[key] = begin
+            end = self._consumer.end_offsets([tp])[tp]
+            loss = out_of_range(key, self._positions[key], begin, end)
+            if loss is not None:
+                self.losses.append(loss)
+                self._positions[key] = loss.resume
                 return False
         if error is not None and not getattr(error, "retriable", False):
             raise error

@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka import errors as kafka_errors
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
+from relay.losses import Loss, out_of_range
 
 TP = tuple[str, int]
 
@@ -29,7 +31,8 @@ class GroupReader:
             **client_settings(cluster, request_timeout),
             group_id=group_id,
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            # a position out of the log's range raises: a loss, said and counted (poll)
+            auto_offset_reset="none",
             # Short fetch waits keep the loop responsive to "stop"; big fetches keep it fed.
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=8 * 1024 * 1024,
@@ -44,6 +47,7 @@ class GroupReader:
         # the topic it was reading there.
         never_create_topics(self._consumer)
         self._tps: dict[TP, TopicPartition] = {}
+        self.losses: list[Loss] = []  # found by polls, not yet taken by the task
         self._closed = False
 
     def assign(self, starts: Mapping[TP, int]) -> None:
@@ -53,10 +57,36 @@ class GroupReader:
         self._consumer.resume(*self._tps.values())  # a cached reader may have paused some
         for key, offset in starts.items():
             self._consumer.seek(self._tps[key], offset)
+        self.losses = []
 
     def poll(self, timeout: float) -> dict[TP, list[Any]]:
-        batch = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)))
+        try:
+            batch = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)))
+        except kafka_errors.OffsetOutOfRangeError as exc:
+            self._out_of_range(exc.args[0] if exc.args else {})
+            return {}
         return {(tp.topic, tp.partition): records for tp, records in batch.items()}
+
+    def _out_of_range(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Positions the broker called out of the log's range: each a loss (relay.losses),
+        kept for the task to take; reading goes on at the log start or end. A stale answer (the
+        position is inside the range now) is fetched again."""
+        tps = [tp for tp in positions if (tp.topic, tp.partition) in self._tps]
+        if not tps:
+            raise kafka_errors.OffsetOutOfRangeError(dict(positions))
+        begins = self._consumer.beginning_offsets(tps)
+        ends = self._consumer.end_offsets(tps)
+        for tp in tps:
+            key = (tp.topic, tp.partition)
+            loss = out_of_range(key, positions[tp], begins[tp], ends[tp])
+            if loss is not None:
+                self.losses.append(loss)
+            self._consumer.seek(tp, loss.resume if loss is not None else positions[tp])
+
+    def take_losses(self) -> list[Loss]:
+        """The losses polls found since the last call (each partition's position is past it)."""
+        found, self.losses = self.losses, []
+        return found
 
     def positions(self, keys: Iterable[TP]) -> dict[TP, int]:
         """The next offset each partition will return. A fetch may move it past offsets that

@@ -133,6 +133,8 @@ def run_pipeline(
         write_summary(opts.summary_json, summary)
     if summary.halted and not summary.stopped_by_signal:
         raise RelayError(halted_line(summary.halted))
+    if summary.records_lost and runner.stop_at_end and not summary.stopped_by_signal:
+        raise RelayError(lost_line(summary.lost))  # the copy is not the source's whole log
     return 0
 
 
@@ -144,9 +146,20 @@ def halted_line(halted: list[dict[str, Any]]) -> str:
         for h in halted
     )  # Halt.where, from the summary
     return (
-        f"{len(halted)} partition(s) halted, the destination refuses a record of each: {where}; "
-        "every other record was relayed. The log's 'halted source partition' line says which "
-        "destination config refuses it: change it, or drop the record with a filter, and run again"
+        f"{len(halted)} partition(s) halted: {where}; every other record was relayed. The log's "
+        "'halted source partition' line says why: a destination config that refuses a record "
+        "(change it, or drop the record with a filter), or source records lost before they "
+        "were copied (see docs/troubleshooting.md); then run again"
+    )
+
+
+def lost_line(lost: dict[str, int]) -> str:
+    """The end of a --stop-at-end run that went on past lost source records."""
+    where = ", ".join(f"{key}: {count}" for key, count in sorted(lost.items()))
+    return (
+        f"{sum(lost.values())} source records were lost before they were copied ({where}); "
+        "every other record was copied. The log's 'source records deleted' lines name the "
+        "offsets (see docs/troubleshooting.md)"
     )
 
 

@@ -17,6 +17,7 @@ from relay.config.readers import (
     ISOLATION_LEVELS,
     LOG_LEVELS,
     ON_ERROR,
+    ON_LOSS,
     ON_MISMATCH,
     SEGMENT_COMPRESSIONS,
     SEGMENT_FORMATS,
@@ -180,6 +181,9 @@ class SourcePoolConfig:
     randomize_initial: bool = field(default=False, metadata=_reads(_bool))
     # What to do when the record at the resume point on a new node differs from what was relayed.
     on_mismatch: str = field(default="stop", metadata=_reads(_choice, choices=ON_MISMATCH))
+    # Source records deleted (retention) before they were read: "warn" goes on at the log start,
+    # counting them; "stop" halts the partition there (relay.losses).
+    on_loss: str = field(default="warn", metadata=_reads(_choice, choices=ON_LOSS))
     # Records of aborted and still-open source transactions: "read_committed" never copies them
     # (an open one's records wait until it commits), "read_uncommitted" copies every record.
     # Every read of a [[sources]] cluster (relay, backup, verify, check) uses it.

@@ -22,6 +22,7 @@ COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ON_ERROR = ("stop", "skip")
 ON_MISMATCH = ("stop", "continue")
+ON_LOSS = ("warn", "stop")  # relay.losses
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 TOP_LEVEL_KEYS = (
     "app", "spark", "topics", "discover", "groups", "sources", "source_pool", "target",

@@ -198,6 +198,14 @@ class Metrics:
             ("source_topic", "source_partition"),
             registry=r,
         )
+        self.records_lost = Counter(
+            "ktm_source_records_lost",
+            "Source offsets lost to the copy: deleted at the source (retention, DeleteRecords) "
+            "before they were read, or truncated below what was copied (an unclean leader "
+            "election, a topic recreated)",
+            ("source_topic", "source_partition", "cause"),
+            registry=r,
+        )
         self.restore_waiting = Gauge(
             "ktm_restore_waiting_seconds",
             "restore --follow: seconds a partition has waited for a segment (reason empty: its "

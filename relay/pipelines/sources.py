@@ -46,7 +46,8 @@ class FromSources(Pipeline):
         source group, the filters and the fetch settings within the task's share of [limits]."""
         fetch = self.cfg.source_pool.fetch.within(rates.records_per_second, rates.bytes_per_second)
         return {"source": self.pool.active, "group_id": self.cfg.app.group_id,
-                "filters": self.filters, "fetch": fetch}  # fmt: skip
+                "filters": self.filters, "fetch": fetch,
+                "on_loss": self.cfg.source_pool.on_loss}  # fmt: skip
 
     def active_source(self) -> str:
         return self.pool.active.name

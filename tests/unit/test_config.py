@@ -102,6 +102,7 @@ def test_defaults_of_every_key(tmp_path: Path) -> None:
         backoff_max=10.0,
         randomize_initial=False,
         on_mismatch="stop",
+        on_loss="warn",
         isolation_level="read_committed",
     )
     assert config.target == TargetConfig(  # the target is read whole (ktm writes no transaction)
@@ -150,6 +151,7 @@ backoff_min = "2s"
 backoff_max = "1m"
 randomize_initial = true
 on_mismatch = "continue"
+on_loss = "stop"
 isolation_level = "READ_UNCOMMITTED"
 
 [[sources]]
@@ -235,6 +237,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         backoff_max=60.0,
         randomize_initial=True,
         on_mismatch="continue",
+        on_loss="stop",
         isolation_level="read_uncommitted",
     )
     assert config.sources == (
@@ -737,6 +740,12 @@ ERRORS = [
             'got "committed"'
         ],
         id="pool-isolation",
+    ),
+    pytest.param(
+        "extra",
+        '[source_pool]\non_loss = "ignore"',
+        ['[source_pool].on_loss: expected one of warn, stop, got "ignore"'],
+        id="pool-on-loss",
     ),
     pytest.param(
         "extra",

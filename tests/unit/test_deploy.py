@@ -130,6 +130,7 @@ def test_the_rules_cover_every_failure_the_operator_must_hear_about() -> None:
         "ktm_segments_written_total",
         "ktm_restore_waiting_seconds",
         "ktm_partitions_halted",
+        "ktm_source_records_lost_total",
     ):
         assert metric in used or any(
             metric in rule["expr"] and rule["record"] in used

@@ -3,6 +3,7 @@ reader, the producer); segments go to a real directory store."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from contextlib import AbstractContextManager, nullcontext
@@ -14,6 +15,7 @@ from relay.batches import Origin, split_batches
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
 from relay.engine.executor.task import GroupRun
 from relay.filters import FilterSpec
+from relay.losses import Loss, out_of_range
 from relay.pipelines.backup.executor import SegmentWriter
 from relay.pipelines.kafka_target import KafkaWriter
 from relay.pipelines.relay.spec import RelayTask
@@ -419,3 +421,55 @@ def test_live_reports_carry_the_partitions_that_moved_and_the_final_one_all() ->
         (ROUTES[0].key, 9),
         (ROUTES[1].key, 0),
     ]
+
+
+class LosingReader(FakeReader):
+    """Partition 0's records 5-9 were deleted at the source before they were read: once the
+    reader is at offset 5 it finds the log starting at 10 (as BatchReader and GroupReader do)."""
+
+    def __init__(self, records: dict[tuple[str, int], list[Rec]]):
+        super().__init__(records)
+        self.queues[("t", 0)] = deque(r for r in self.queues[("t", 0)] if not 5 <= r.offset < 10)
+        self.losses: list[Loss] = []
+        self.found = False
+
+    def poll(self, timeout: float) -> dict[tuple[str, int], list[Rec]]:
+        key, queue = ("t", 0), self.queues[("t", 0)]
+        if self.position.get(key) == 5 and not self.found:
+            self.losses.append(out_of_range(key, 5, 10, 20) or Loss(key, 0, 0, "", 0))
+            self.position[key], self.found = 10, True
+            return {}
+        if self.position.get(key, 0) < 5:  # a fetch ends where the log has a gap now
+            taken = [queue.popleft() for _ in range(min(3, len(queue))) if queue[0].offset < 5]
+            self.position[key] = taken[-1].offset + 1 if taken else self.position[key]
+            return {key: taken} if taken else {}
+        return super().poll(timeout)
+
+    def take_losses(self) -> list[Loss]:
+        found, self.losses = self.losses, []
+        return found
+
+
+def test_deleted_source_records_are_reported_and_the_partition_goes_on_past_them() -> None:
+    producer = FakeProducer()
+    run, error, _ = kafka_run(task((20, 20)), LosingReader(records(20)), producer, FakeChannel())
+    assert error is None
+    parts = {p.key: p for p in run.result(None, 0.0).partitions}
+    assert parts[("t", 0)].lost == ((5, 10, "deleted"),)
+    assert parts[("t", 1)].lost == ()
+    assert (parts[("t", 0)].next_offset, parts[("t", 0)].produced) == (20, 15)
+
+
+def test_on_loss_stop_halts_the_partition_before_anything_past_the_loss_is_written() -> None:
+    spec = dataclasses.replace(task((20, 20)), on_loss="stop")
+    producer = FakeProducer()
+    run, error, _ = kafka_run(spec, LosingReader(records(20)), producer, FakeChannel())
+    assert error is not None and (error.key, error.halt_at) == (("t", 0), 5)
+    assert error.lost == (5, 10, "deleted") and not error.retriable
+    assert "topic=t partition=0 offsets=5-9" in error.message
+    assert '[source_pool].on_loss = "stop"' in error.message
+    origins = [h[-1][1].decode().split("/") for _, _, _, h in producer.sent]
+    written = [int(offset) for _, _, partition, offset in origins if partition == "0"]
+    assert written == [0, 1, 2, 3, 4]
+    parts = {p.key: p for p in run.result(None, 0.0).partitions}
+    assert parts[("t", 0)].next_offset == 5

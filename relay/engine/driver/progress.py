@@ -78,6 +78,8 @@ def render(snap: Snapshot, title: str = "relay") -> Group:
         )
     parts += [Text(line, style="yellow") for line in snap.trouble]
     parts += [Text(f"halted: {halt.where}", style="red") for halt in snap.halted]
+    if snap.lost:
+        parts.append(Text(f"{snap.lost:,} source records lost before they were copied", "red"))
     return Group(*parts)
 
 
@@ -138,6 +140,8 @@ def plain_line(snap: Snapshot) -> str:
     waiting = sum(1 for row in snap.owned if row.waiting is not None)
     if waiting:
         line += f" waiting_for_segments={waiting}"
+    if snap.lost:
+        line += f" lost={snap.lost}"
     if snap.halted:
         line += f" halted={len(snap.halted)}"
     halts = [f"halted: {halt.where}" for halt in snap.halted]

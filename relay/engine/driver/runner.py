@@ -322,9 +322,9 @@ class Runner:
             raise_for(failures, self.metrics)
 
     def _halt(self, failures: list[GroupResult]) -> list[GroupResult]:
-        """A partition whose record the destination refuses for good halts there: its stop
-        offset becomes that record's, so the next rounds relay what lies before it and nothing
-        after. Returns the other failures."""
+        """A partition whose record the destination refuses for good, or whose source lost
+        records (relay.losses), halts there: its stop offset becomes that record's, so the
+        next rounds relay what lies before it and nothing after. Returns the other failures."""
         by_key = {r.key: r for r in self.routes}
         rest = []
         for result in failures:
@@ -332,7 +332,9 @@ class Runner:
             if error is None or error.halt_at is None or error.key not in by_key:
                 rest.append(result)
                 continue
-            self.metrics.errors.labels("refused").inc()
+            self.metrics.errors.labels("lost" if error.lost else "refused").inc()
+            if error.lost is not None:  # the source lost records (relay.losses)
+                self.status.count_loss(error.key, error.lost)
             self.status.halts.add(by_key[error.key], error.halt_at, error.message)
             stop = self.stop_offsets.get(error.key, error.halt_at)
             self.stop_offsets[error.key] = min(stop, error.halt_at)

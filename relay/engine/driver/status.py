@@ -20,6 +20,7 @@ from relay.engine.driver.failover import NodeView
 from relay.engine.driver.fetch_trouble import FetchTroubles
 from relay.engine.driver.halts import Halt, Halts
 from relay.engine.metrics import ALL_PARTITIONS, Metrics, partition_label, per_topic
+from relay.losses import Loss, LossCounter
 from relay.spec import (
     NOT_WRITTEN,
     FetchTrouble,
@@ -55,6 +56,7 @@ class PartitionRow:
     waiting: tuple[str, float] | None = None  # restore --follow: (reason, seconds) it waits
     # a hole at the destination: the partition resumes at this next offset, not after the tail
     pinned_at: int | None = None
+    lost: int = 0  # source offsets lost to the copy (relay.losses)
 
     @property
     def lag(self) -> int | None:
@@ -72,6 +74,11 @@ class Snapshot:
     members: int = 1  # ktm processes in the group
     trouble: tuple[str, ...] = ()  # source brokers the tasks cannot fetch from, one line each
     halted: tuple[Halt, ...] = ()  # partitions the destination refuses a record of
+
+    @property
+    def lost(self) -> int:
+        """Source offsets lost to the copy (relay.losses), every partition."""
+        return sum(row.lost for row in self.rows)
 
     @property
     def owned(self) -> tuple[PartitionRow, ...]:
@@ -114,6 +121,7 @@ class Status:
         self.waiting_topics: tuple[str, ...] = ()
         self.fetches = FetchTroubles(metrics, clock)
         self.halts = Halts(metrics)
+        self._losses = LossCounter()
         self._held: dict[Attempt, float] = {}  # each task attempt's throttled seconds so far
         self._rows: dict[SourcePartition, PartitionRow] = {}
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
@@ -169,6 +177,8 @@ class Status:
                 moved |= self._add(part, before, now)
                 if part.unsure:
                     self._unsure[part.key] = part.unsure
+                for lost in part.lost[len(before.lost) if before else 0 :]:
+                    self._count_loss(part.key, lost, going_on=True)
         for seconds in latencies:
             self.metrics.latency.observe(max(0.0, seconds))
         if moved:
@@ -231,6 +241,30 @@ class Status:
         row = self._pin(row, part)
         self._rows[part.key] = row
         return produced > 0 or bool(filtered)
+
+    def count_loss(self, key: SourcePartition, lost: tuple[int, int, str]) -> None:
+        """Source offsets a halted partition lost (the halt's line says so)."""
+        with self._lock:
+            self._count_loss(key, lost, going_on=False)
+
+    def _count_loss(self, key: SourcePartition, lost: tuple[int, int, str], going_on: bool) -> None:
+        """Count the offsets of `lost` not counted yet (a retried round may find the same ones
+        again); when reading went on past them, one line says which (under the lock)."""
+        first, end, cause = lost
+        row = self._rows.get(key)
+        count = self._losses.new(key, first, end, cause)
+        if row is None or count == 0:
+            return
+        self._rows[key] = replace(row, lost=row.lost + count)
+        partition = partition_label(self.metrics, key[1])
+        self.metrics.records_lost.labels(key[0], partition, cause).inc(count)
+        if going_on:
+            loss = Loss(key, first, end, cause, first)
+            log.warning(
+                '%s; going on at offset %s ([source_pool].on_loss = "warn")',
+                loss.describe(),
+                loss.resume,
+            )
 
     def _pin(self, row: PartitionRow, part: PartitionProgress) -> PartitionRow:
         """A hole pins the partition at its first unacknowledged record until records past it
@@ -429,6 +463,9 @@ class Status:
             detail["waiting"] = waiting
         if snap.trouble:
             detail["source_trouble"] = list(snap.trouble)
+        if snap.lost:  # said and counted; a partition that halted for it is 503 below
+            lost = {f"{r.route.topic}[{r.route.partition}]": r.lost for r in snap.rows if r.lost}
+            detail["source_records_lost"] = lost
         if snap.halted:  # needs the operator: the destination refuses a record of each
             detail["halted"] = [halt.as_dict() for halt in snap.halted]
             where = ", ".join(halt.where for halt in snap.halted)

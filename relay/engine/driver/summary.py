@@ -25,6 +25,9 @@ class RunSummary:
     next_offsets: dict[SourcePartition, int] = field(default_factory=dict)
     # partitions halted because the destination refuses one of their records (Halt.as_dict)
     halted: list[dict[str, object]] = field(default_factory=list)
+    # source offsets lost to the copy (relay.losses): in all, and per "topic/partition"
+    records_lost: int = 0
+    lost: dict[str, int] = field(default_factory=dict)
 
 
 def summarize(
@@ -45,6 +48,8 @@ def summarize(
     s.spark_start, s.slots = backend.start_seconds, backend.engine_slots()
     s.rebalances = rebalances
     s.halted = [halt.as_dict() for halt in snap.halted]
+    s.records_lost = snap.lost
+    s.lost = {f"{r.route.topic}/{r.route.partition}": r.lost for r in snap.rows if r.lost}
     if status.first_ack_at is not None:
         s.first_record = status.first_ack_at - begun
         metrics.first_record.set(s.first_record)

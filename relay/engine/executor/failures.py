@@ -34,3 +34,14 @@ class Refused(DeliveryFailure):
     def __init__(self, message: str, key: Any, halt_at: int, hole: bool = False):
         super().__init__(message, key, hole)
         self.halt_at = halt_at
+
+
+class SourceLost(SourceFailure):
+    """Source records were lost before they were read, and the partition halts at the reader's
+    position `halt_at` (relay.losses: on_loss = "stop", or a truncated log)."""
+
+    def __init__(self, message: str, key: Any, halt_at: int, lost: tuple[int, int, str]):
+        super().__init__(message)
+        self.key = key
+        self.halt_at = halt_at
+        self.lost = lost

@@ -31,6 +31,7 @@ class PartitionState:
         self.hole = False  # later records landed after failed ones (see KafkaWriter)
         self.filtered: dict[str, int] = {}
         self.filter_errors: dict[str, int] = {}
+        self.lost: list[tuple[int, int, str]] = []  # source offsets lost (relay.losses)
         self._filters, self._skip = filters, skip_errors
 
     # ---- reading ------------------------------------------------------------------------------
@@ -195,4 +196,5 @@ class PartitionState:
             waiting=waits(self.key) if waits is not None else None,
             hole=self.hole,
             unsure=writer.unacknowledged() if final else (),
+            lost=tuple(self.lost),
         )

@@ -30,12 +30,14 @@ from relay.engine.executor.failures import (
     DeliveryFailure,
     Refused,
     SourceFailure,
+    SourceLost,
     TargetFailure,
 )
 from relay.engine.executor.partition import PartitionState
 from relay.engine.executor.sides import Sides
 from relay.engine.executor.throttle import Throttle
 from relay.filters import FilterRuntimeError, cached_filters
+from relay.losses import Loss
 from relay.spec import GroupResult, PartitionProgress, TaskError, TaskSpec
 
 log = logging.getLogger(__name__)
@@ -153,10 +155,13 @@ class GroupRun:
             return
         try:
             batch = self.reader.poll(EMPTY_POLL_WAIT)
+            take_losses = getattr(self.reader, "take_losses", None)  # Kafka sources only
+            losses = take_losses() if take_losses is not None else []
             moved = [p.key for p in active] if sweep else list(batch)
             positions = self.reader.positions(moved)
         except Exception as exc:
             raise SourceFailure(f"{type(exc).__name__}: {exc}") from exc
+        self._lose(losses)
         if self.throttle.limited:
             self.throttle.spend(*_volume(batch))
         with self.sides.writing():
@@ -174,6 +179,21 @@ class GroupRun:
                 if part.reached_stop:
                     self.reader.pause(key)
         self._collect_acks(time.monotonic(), active if sweep else None)
+
+    def _lose(self, losses: list[Loss]) -> None:
+        """Source records lost before they were read (relay.losses): reported with the
+        partition's progress (the driver counts them and says so), or, when they halt the
+        partition, raised before anything after them is written."""
+        on_loss = getattr(self.task, "on_loss", "warn")
+        for loss in losses:
+            part = self.parts.get(loss.key)
+            if part is None or part.reached_stop:
+                continue
+            if loss.halts(on_loss):
+                why = '[source_pool].on_loss = "stop"' if on_loss == "stop" else "always halts"
+                message = f"{loss.describe()} ({why})"
+                raise SourceLost(message, loss.key, loss.position, loss.as_range)
+            part.lost.append(loss.as_range)
 
     def _collect_acks(self, now: float, everyone: list[PartitionState] | None) -> None:
         """What is durable now, for the partitions being written (or `everyone`)."""
@@ -292,6 +312,8 @@ def _error(exc: BaseException, cause: BaseException | None = None) -> TaskError:
     key = getattr(exc, "key", None)
     if isinstance(exc, Refused):  # the partition halts; its message names the record
         return TaskError("target", str(exc), False, key, exc.halt_at)
+    if isinstance(exc, SourceLost):  # the partition halts; its message names the offsets
+        return TaskError("source", str(exc), False, key, exc.halt_at, exc.lost)
     if isinstance(exc, DeliveryFailure):  # its message names the records already
         # After a hole the destination's tail is past records it lacks: only this process
         # knows where to resume (the partition is pinned), so the round is retried rather than
