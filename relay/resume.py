@@ -198,14 +198,18 @@ def choose_start(
 
     The provenance tail is exact. The group offset is committed only after the destination
     acknowledged, so it is never ahead of the truth either; it matters when the last records were
-    all filtered out (nothing in the destination names them). Take the later of the two.
+    all filtered out (nothing in the destination names them). Take the later of the two; the log
+    start only when neither says anything. A copy that stopped before the log start resumes
+    where it stopped: the first fetch finds the records retention deleted meanwhile, and counts
+    them (relay.losses), rather than skip them unsaid.
     """
     candidates = []  # on a tie, max() keeps the first: the most exact reason
     if destination is not None:
         candidates.append(ResumePoint(destination, "destination"))
     if committed is not None:
         candidates.append(ResumePoint(committed, "committed"))
-    candidates.append(ResumePoint(begin, "beginning"))
+    if not candidates:
+        candidates.append(ResumePoint(begin, "beginning"))
     best = max(candidates, key=lambda point: point.next_offset)
     if best.next_offset > end:
         raise KafkaSetupError(

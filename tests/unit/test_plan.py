@@ -164,8 +164,10 @@ def test_choose_start_prefers_the_latest_safe_point() -> None:
     # filtered tail: the committed offset is past the last delivered record
     point = choose_start(("a", 0), 5, 8, 0, 10)
     assert (point.next_offset, point.reason) == (8, "committed")
-    # retention removed the old records: start at the log start
-    assert choose_start(("a", 0), 5, None, 7, 10).next_offset == 7
+    # retention removed records not yet copied: resume where the copy stopped, so the first
+    # fetch finds and counts them (relay.losses)
+    point = choose_start(("a", 0), 5, None, 7, 10)
+    assert (point.next_offset, point.reason) == (5, "destination")
 
 
 def test_choose_start_refuses_a_destination_ahead_of_the_source() -> None:

@@ -108,16 +108,8 @@ class BackupPipeline(FromSources):
                 f"{key[0]}[{key[1]}]: the store holds offsets up to {stored} but the source ends "
                 f"at {end}; was the source topic recreated? Use another [store].cluster."
             )
-        if stored < begin:
-            log.warning(
-                "backup topic=%s partition=%s: offsets %s-%s were deleted from the source before "
-                "they were backed up",
-                key[0],
-                key[1],
-                stored,
-                begin - 1,
-            )
-            return begin
+        # Below the log start: the first fetch finds the records deleted before they were
+        # backed up and counts them (relay.losses), or halts there ([source_pool].on_loss).
         log.info("backup topic=%s partition=%s next_offset=%s (store)", key[0], key[1], stored)
         return stored
 

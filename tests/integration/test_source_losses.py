@@ -1,0 +1,220 @@
+"""Issue 36: source records deleted before ktm copied them are never lost silently.
+
+Retention is simulated with DeleteRecords (kafka-python's admin `delete_records`): it moves the
+log start exactly as a retention check does, as a reader sees it (its fetch below the log start
+is answered OFFSET_OUT_OF_RANGE), but at the moment and offset the test picks. Real retention
+would need a cluster of its own with `log.retention.check.interval.ms` of a second (the pool's
+nodes keep the 5-minute default): seconds to start, and a test that can only wait for the next
+check and then read back what it deleted. With DeleteRecords the test knows the deleted range
+and the count must equal it exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from relay.clients.batch_reader import BatchReader
+from relay.clients.consumer import GroupReader
+from relay.config import ClusterConfig, load_config
+from relay.engine.metrics import Metrics
+from relay.losses import DELETED, Loss
+from relay.pipelines.jobs import RunSummary, backup_job
+from testbed.provenance import attributed
+from testbed.records import Record, produce, read_all
+from testbed.topics import create_topic, unique_topic, wait_until
+from tests.support.inprocess import Background, relay_once
+from tests.support.relay import committed_offsets, write_config
+
+pytestmark = pytest.mark.brokers("kafka")
+
+GROUP = "ktm"  # [app].group_id's default: where the relay commits on the source
+
+
+@pytest.fixture(scope="module", autouse=True)
+def coordinator_ready(source_broker: Any) -> None:
+    """A fresh node's group coordinator loads for a moment; the configs' retries are short."""
+    topic = create_topic(source_broker.bootstrap, unique_topic("loss-warm"), partitions=1)
+    assert committed_offsets(source_broker.bootstrap, GROUP, topic, 1) == {0: None}
+
+
+def delete_below(bootstrap: str, topic: str, starts: dict[int, int]) -> None:
+    """Move each partition's log start to its offset, as retention would."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_records({TopicPartition(topic, p): o for p, o in starts.items()})
+    finally:
+        admin.close()
+
+
+def fill(
+    bootstrap: str, topic: str, partitions: int, per_partition: int, first: int = 0, pad: int = 0
+) -> None:
+    produce(bootstrap, topic, [
+        Record(key=b"k%d" % i, value=b"v%d" % i + b"." * pad, partition=p)
+        for i in range(first, first + per_partition) for p in range(partitions)
+    ])  # fmt: skip
+
+
+def copied_offsets(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    """The source offsets the destination holds, per source partition, in order."""
+    found: dict[int, list[int]] = {}
+    for partition, records in read_all(bootstrap, topic).items():
+        for record in attributed(records):
+            found.setdefault(record.partition, []).append(record.offset)
+        found.setdefault(partition, [])
+    return found
+
+
+def lost_metric(metrics: Metrics, topic: str, partition: int) -> float | None:
+    labels = {"source_topic": topic, "source_partition": str(partition), "cause": DELETED}
+    return metrics.registry.get_sample_value("ktm_source_records_lost_total", labels)
+
+
+@pytest.mark.parametrize("batches", [True, False], ids=["batch-path", "record-path"])
+def test_a_reader_below_the_log_start_reports_the_deleted_offsets_and_goes_on(
+    source_broker: Any, batches: bool
+) -> None:
+    topic = create_topic(source_broker.bootstrap, unique_topic("loss-read"), partitions=1)
+    fill(source_broker.bootstrap, topic, 1, 20)
+    delete_below(source_broker.bootstrap, topic, {0: 12})
+    cluster = ClusterConfig("src", (source_broker.bootstrap,))
+    reader = BatchReader(cluster, "ktm-loss-test") if batches else GroupReader(cluster, "g-loss")
+    try:
+        reader.assign({(topic, 0): 5})
+        got: list[Any] = []
+        losses: list[Loss] = []
+        deadline = time.monotonic() + 15
+        while not got and time.monotonic() < deadline:
+            got = reader.poll(0.5).get((topic, 0), [])
+            losses += reader.take_losses()
+    finally:
+        reader.close()
+    assert losses == [Loss((topic, 0), 5, 12, DELETED, 5)]
+    if batches:  # the whole batch holding offset 12 (one produce call: it may begin before)
+        assert got[0].base_offset <= 12 < got[0].next_offset
+    else:
+        assert got[0].offset == 12
+
+
+def commit_at(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
+    """What a relay that copied up to these offsets and then stopped leaves on the source: the
+    group's committed offsets (the resume point when the destination names none)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=GROUP,
+                             enable_auto_commit=False)  # fmt: skip
+    try:
+        consumer.commit({TopicPartition(topic, p): OffsetAndMetadata(o, "", -1)
+                         for p, o in offsets.items()})  # fmt: skip
+    finally:
+        consumer.close(autocommit=False)
+
+
+def relay_after_loss(
+    source: str, target: str, tmp_path: Path, on_loss: str
+) -> tuple[str, str, RunSummary, Metrics]:
+    """Two partitions copied up to offset 30 (as the group's offsets say), 60 records each;
+    then partition 0's log start moves to 45 (15 not yet copied) and partition 1's to 20 (all
+    copied): one run with `on_loss`."""
+    src = create_topic(source, unique_topic("loss-src"), partitions=2)
+    dst = create_topic(target, unique_topic("loss-dst"), partitions=2)
+    conf = write_config(tmp_path / "c.toml", source=source, target=target, topics={src: dst})
+    with_loss = f'[source_pool]\non_loss = "{on_loss}"\n'
+    conf.write_text(conf.read_text().replace("[source_pool]\n", with_loss))
+    fill(source, src, 2, 60)
+    commit_at(source, src, {0: 30, 1: 30})
+    delete_below(source, src, {0: 45, 1: 20})
+    summary, metrics = relay_once(conf)
+    return src, dst, summary, metrics
+
+
+def test_a_relay_counts_what_was_deleted_before_it_was_copied_and_nothing_else(
+    source_broker: Any, target_broker: Any, tmp_path: Path
+) -> None:
+    """The run loses exactly the 15 records deleted unread, says so and counts them, and copies
+    every record the source still has past what was copied."""
+    src, dst, summary, metrics = relay_after_loss(
+        source_broker.bootstrap, target_broker.bootstrap, tmp_path, "warn"
+    )
+    assert (summary.records_lost, summary.lost) == (15, {f"{src}/0": 15})
+    assert (lost_metric(metrics, src, 0), lost_metric(metrics, src, 1)) == (15, None)
+    assert summary.relayed == 15 + 30 and summary.halted == []
+    copied = copied_offsets(target_broker.bootstrap, dst)
+    assert copied == {0: list(range(45, 60)), 1: list(range(30, 60))}
+
+
+def test_on_loss_stop_halts_the_partition_at_the_first_deleted_offset(
+    source_broker: Any, target_broker: Any, tmp_path: Path
+) -> None:
+    src, dst, summary, metrics = relay_after_loss(
+        source_broker.bootstrap, target_broker.bootstrap, tmp_path, "stop"
+    )
+    (halt,) = summary.halted
+    assert (halt["source_topic"], halt["source_partition"], halt["offset"]) == (src, 0, 30)
+    assert f"topic={src} partition=0 offsets=30-44" in str(halt["reason"])
+    assert '[source_pool].on_loss = "stop"' in str(halt["reason"])
+    assert (summary.records_lost, lost_metric(metrics, src, 0)) == (15, 15)
+    copied = copied_offsets(target_broker.bootstrap, dst)
+    assert copied == {0: [], 1: list(range(30, 60))}  # partition 1 went on
+
+
+def test_retention_racing_a_throttled_relay_loses_exactly_the_offsets_it_deleted_unread(
+    source_broker: Any, target_broker: Any, tmp_path: Path
+) -> None:
+    """A relay held to 100 records/s; while it is partway, the log start moves to 300: what it
+    had not read by then is lost and counted, what it had copied stays, and every offset from
+    300 on is copied. The count equals the offsets below 300 the copy lacks, whatever moment
+    the deletion hit."""
+    src = create_topic(source_broker.bootstrap, unique_topic("race-src"), partitions=1)
+    dst = create_topic(target_broker.bootstrap, unique_topic("race-dst"), partitions=1)
+    conf = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
+                        target=target_broker.bootstrap, topics={src: dst},
+                        extra="\n[limits]\nrecords_per_second = 100\n")  # fmt: skip
+    # batches of 10 records of 1 kB: a throttled fetch (16 kB at least) takes one or two
+    for first in range(0, 400, 10):
+        fill(source_broker.bootstrap, src, 1, 10, first=first, pad=1000)
+    relay = Background(conf, stop_at_end=True)
+    try:
+        wait_until(lambda: relay.produced() >= 50, 60, "50 records are copied")
+        delete_below(source_broker.bootstrap, src, {0: 300})
+        relay.thread.join(60)
+        assert not relay.thread.is_alive() and relay.error is None, relay.error
+    finally:
+        relay.finish()
+    assert relay.summary is not None
+    copied = copied_offsets(target_broker.bootstrap, dst)[0]
+    below = [o for o in copied if o < 300]
+    assert below == list(range(len(below))) and 50 <= len(below) < 300
+    assert copied[len(below) :] == list(range(300, 400))
+    assert relay.summary.records_lost == 300 - len(below)
+    assert lost_metric(relay.metrics, src, 0) == 300 - len(below)
+
+
+def test_a_backup_counts_what_was_deleted_before_it_was_backed_up(
+    source_broker: Any, tmp_path: Path
+) -> None:
+    src = create_topic(source_broker.bootstrap, unique_topic("loss-bk"), partitions=1)
+    store = tmp_path / "store"
+    conf = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
+                        target=source_broker.bootstrap, topics={src: src},
+                        extra=f'\n[store]\nurl = "{store}"\n')  # fmt: skip
+    fill(source_broker.bootstrap, src, 1, 20)
+
+    def backup() -> tuple[Any, Metrics]:
+        metrics = Metrics()
+        runner = backup_job(load_config(conf), stop_at_end=True, stop_event=threading.Event(),
+                            metrics=metrics)  # fmt: skip
+        with runner:
+            runner.prepare()
+            return runner.run(), metrics
+
+    assert backup()[0].records_lost == 0
+    fill(source_broker.bootstrap, src, 1, 20, first=20)
+    delete_below(source_broker.bootstrap, src, {0: 32})
+    summary, metrics = backup()
+    assert (summary.relayed, summary.records_lost, lost_metric(metrics, src, 0)) == (8, 12, 12)
