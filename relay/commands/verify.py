@@ -77,7 +77,7 @@ def verify(opts: Options, options: VerifyOptions) -> int:
              timing["start"])  # fmt: skip
     scope = options.scope.describe()
     for one in reports:
-        if not one.exact or one.notes:
+        if not one.exact or one.notes or one.deleted:
             click.echo(report.line(one, scope))
     click.echo(report.summary(reports, scope))
     if options.report_path is not None:

@@ -29,7 +29,7 @@ from relay.pipelines.jobs import RunSummary, backup_job
 from testbed.provenance import attributed
 from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic, wait_until
-from tests.support.inprocess import Background, relay_once
+from tests.support.inprocess import Background, relay_once, verify_once
 from tests.support.relay import committed_offsets, write_config
 
 pytestmark = pytest.mark.brokers("kafka")
@@ -164,7 +164,7 @@ def test_on_loss_stop_halts_the_partition_at_the_first_deleted_offset(
 
 
 def test_retention_racing_a_throttled_relay_loses_exactly_the_offsets_it_deleted_unread(
-    source_broker: Any, target_broker: Any, tmp_path: Path
+    source_broker: Any, target_broker: Any, tmp_path: Path, spark: Any
 ) -> None:
     """A relay held to 100 records/s; while it is partway, the log start moves to 300: what it
     had not read by then is lost and counted, what it had copied stays, and every offset from
@@ -193,10 +193,12 @@ def test_retention_racing_a_throttled_relay_loses_exactly_the_offsets_it_deleted
     assert copied[len(below) :] == list(range(300, 400))
     assert relay.summary.records_lost == 300 - len(below)
     assert lost_metric(relay.metrics, src, 0) == 300 - len(below)
+    (report,) = verify_once(conf, spark)  # ktm verify: exact, and says what was deleted
+    assert report.exact and (report.compared, report.deleted) == (100, 300 - len(below))
 
 
 def test_a_backup_counts_what_was_deleted_before_it_was_backed_up(
-    source_broker: Any, tmp_path: Path
+    source_broker: Any, tmp_path: Path, spark: Any
 ) -> None:
     src = create_topic(source_broker.bootstrap, unique_topic("loss-bk"), partitions=1)
     store = tmp_path / "store"
@@ -218,3 +220,7 @@ def test_a_backup_counts_what_was_deleted_before_it_was_backed_up(
     delete_below(source_broker.bootstrap, src, {0: 32})
     summary, metrics = backup()
     assert (summary.relayed, summary.records_lost, lost_metric(metrics, src, 0)) == (8, 12, 12)
+    # ktm verify --store reads the store from the source's log start on: exact, and it does
+    # not count what was deleted before (docs/verify.md)
+    (report,) = verify_once(conf, spark, "backup")
+    assert report.exact and report.compared == 8

@@ -17,6 +17,7 @@ from relay.pipelines.verify.records import (
     expected,
     stored_copy,
 )
+from relay.pipelines.verify.report import line, summary
 from relay.pipelines.verify.spec import Feeder, PartitionReport, Scope
 from relay.store import StoredRecord
 from tests.support.batches import Rec, make_batch, recs
@@ -292,3 +293,29 @@ def check_whole(source: bytes, dest: bytes) -> tuple[dict[str, tuple[int, int, i
                 checker.claim(c.source_offset, c.dest_offset, c.copy)
     report = checker.finish()
     return faults(report), report.equal, whole
+
+
+def test_records_deleted_at_the_source_before_they_were_copied_are_counted_apart() -> None:
+    """The copy holds offsets 0-4 and 12-19; the source's log now starts at 12: 5-11 were
+    deleted before they were copied. The copy is exact over what the source still has, and
+    says how many were deleted."""
+    everything = source()
+    src = everything[12:]
+    batches, _ = split_batches(make_batch(src))
+    feeder, scope = Feeder(KEY, 12, 20), Scope()
+    checker = Checker(feeder, DEST, expected([batches], feeder, scope, lambda r: True), scope)
+    for batch in split_batches(dest_batches(everything[:5] + src))[0]:
+        for claim in claims(batch):
+            checker.claim(claim.source_offset, claim.dest_offset, claim.copy)
+    report = checker.finish()
+    assert report.exact and (report.compared, report.deleted) == (8, 7)
+    assert "7 deleted at the source before they were copied (below its log start, 12)" in (
+        line(report)
+    )
+    assert "7 deleted at the source" in summary([report])
+
+
+def test_a_copy_that_holds_nothing_older_than_the_source_says_nothing_was_deleted() -> None:
+    src = source()[12:]
+    report = check(dest_batches(src), src)
+    assert report.exact and report.deleted == 0

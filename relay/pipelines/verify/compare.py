@@ -116,6 +116,7 @@ class Checker:
         self._pending: dict[int, Copy | None] = {}  # read, not claimed yet (in offset order)
         self._recent = ClaimedRuns()
         self._highest = -1
+        self._below = (-1, 0)  # claims below the source's log start: (lowest offset, how many)
         self.compared = self.equal = 0
         self.counts: Counter[str] = Counter()
         self.first: dict[str, Finding] = {}
@@ -128,13 +129,19 @@ class Checker:
         self._pending = dict(state.pending)
         self._recent = ClaimedRuns(state.recent)
         self._highest = state.highest
+        self._below = state.below
         self.compared, self.equal, self.not_verified = r.compared, r.equal, r.not_verified
         self.counts = Counter(dict(r.counts))
         self.first = {f.kind: f for f in r.first}
 
     def claim(self, source_offset: int, dest_offset: int, got: Copy, where: str = "") -> None:
-        if self.not_verified or not self.feeder.start <= source_offset < self.feeder.end:
-            return  # outside the range checked (older than the source's log, or newer)
+        if source_offset < self.feeder.start:  # older than the source's log: cannot be checked
+            lowest, claims = self._below
+            lowest = source_offset if lowest < 0 else min(lowest, source_offset)
+            self._below = (lowest, claims + 1)
+            return
+        if self.not_verified or source_offset >= self.feeder.end:
+            return  # outside the range checked (newer than the source's end read at start)
         if not self.scope.picked(self.feeder.key, source_offset):
             return  # --sample: a block of offsets not checked
         if not self._read_through(source_offset):
@@ -211,7 +218,7 @@ class Checker:
             del self._pending[offset]
         self._cursor = cursor
         return FeederState(self.report(), cursor, self._highest, tuple(self._pending.items()),
-                           self._recent.runs())  # fmt: skip
+                           self._recent.runs(), self._below)  # fmt: skip
 
     @property
     def verified_next(self) -> int:
@@ -223,7 +230,17 @@ class Checker:
             self.feeder.key, self.dest, self.feeder.start, self.feeder.end, self.compared,
             self.equal, tuple(sorted(self.counts.items())),
             tuple(sorted(self.first.values(), key=lambda f: f.kind)), self.not_verified,
+            deleted=self.deleted,
         )  # fmt: skip
+
+    @property
+    def deleted(self) -> int:
+        """Offsets between the copy's oldest claim below the source's log start and that start
+        which the copy lacks: retention deleted them at the source before they were copied (a
+        copy holding the older ones would have copied these next). Offsets with no record
+        (compaction, transaction markers) count too: the source no longer says which."""
+        lowest, claims = self._below
+        return 0 if lowest < 0 else max(0, self.feeder.start - lowest - claims)
 
     def _missing(self, before: int) -> None:
         for offset in [o for o in self._pending if o < before]:

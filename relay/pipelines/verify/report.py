@@ -22,7 +22,11 @@ def line(report: PartitionReport, scope: str = "") -> str:
     """`orders[1] -> copy[1]: 999 compared, 998 equal; missing 1 (first: source 500) ...`,
     with what was left unchecked (`scope`: --sample, the time window) and a store's breaks."""
     head = f"{name(report)}: {report.compared} compared, {report.equal} equal"
-    tail = "".join(f"; {note}" for note in report.notes) + (f" [{scope}]" if scope else "")
+    notes = list(report.notes)
+    if report.deleted:
+        notes.append(f"{report.deleted} deleted at the source before they were copied (below "
+                     f"its log start, {report.start})")  # fmt: skip
+    tail = "".join(f"; {note}" for note in notes) + (f" [{scope}]" if scope else "")
     if report.not_verified:
         return f"{head}; NOT VERIFIED: {report.not_verified}{tail}"
     if report.exact:
@@ -40,6 +44,8 @@ def summary(reports: Sequence[PartitionReport], scope: str = "") -> str:
     stray = sum(r.compared for r in reports if r.key is None)
     compared = sum(r.compared for r in reports)
     tail = f"; {stray} destination records name no source" if stray else ""
+    deleted = sum(r.deleted for r in checked)
+    tail += f"; {deleted} deleted at the source before they were copied" if deleted else ""
     return (
         f"verify: {len(checked)} partitions, {exact} exact, {differ} differ, {unverified} not "
         f"verified; {compared} records compared{tail}" + (f" [{scope}]" if scope else "")
@@ -87,6 +93,7 @@ def _as_dict(report: PartitionReport) -> dict[str, Any]:
         "not_verified": report.not_verified or None,
         "faults": {kind: count for kind, count in report.counts},
         "notes": list(report.notes),
+        "deleted_at_source": report.deleted,
         "first": {f.kind: {"source_offset": _none(f.source_offset),
                            "destination_offset": _none(f.dest_offset),
                            "segment": f.where or None} for f in report.first},

@@ -138,6 +138,10 @@ class PartitionReport:
     first: tuple[Finding, ...] = ()  # the first of each kind
     not_verified: str = ""  # why the partition could not be checked ("": it was)
     notes: tuple[str, ...] = ()  # a store's breaks in its chain of segments, said in words
+    # source offsets below `start` the copy lacks though it holds older ones: deleted at the
+    # source (retention) before they were copied. Not a fault of the copy: nothing can copy
+    # them any more (see docs/verify.md)
+    deleted: int = 0
 
     @property
     def exact(self) -> bool:
@@ -155,6 +159,8 @@ class FeederState:
     highest: int = -1  # the highest source offset claimed in order
     pending: tuple[tuple[int, Copy | None], ...] = ()
     recent: tuple[tuple[int, int], ...] = ()
+    # claims of offsets below the source's log start: (the lowest offset, how many)
+    below: tuple[int, int] = (-1, 0)
 
 
 @dataclass(frozen=True)
