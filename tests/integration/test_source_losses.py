@@ -224,3 +224,47 @@ def test_a_backup_counts_what_was_deleted_before_it_was_backed_up(
     # not count what was deleted before (docs/verify.md)
     (report,) = verify_once(conf, spark, "backup")
     assert report.exact and report.compared == 8
+
+
+def test_a_source_topic_recreated_with_fewer_records_halts_its_partition(
+    source_broker: Any, target_broker: Any, tmp_path: Path
+) -> None:
+    """A relay copied offsets 0-49; the topic is deleted and created again under its name, and
+    gets 10 records: its log ends below what was copied (as after an unclean leader election).
+    The partition halts at 50 with one line naming the offsets the copy holds and the source
+    lost (10-49), counted as truncated; nothing of the new topic is copied under offsets the
+    copy already holds."""
+    bootstrap = source_broker.bootstrap
+    src = create_topic(bootstrap, unique_topic("recreate-src"), partitions=1)
+    dst = create_topic(target_broker.bootstrap, unique_topic("recreate-dst"), partitions=1)
+    conf = write_config(tmp_path / "c.toml", source=bootstrap, target=target_broker.bootstrap,
+                        topics={src: dst})  # fmt: skip
+    # the topic is missing for a moment: the source side retries until it is back
+    conf.write_text(
+        conf.read_text().replace(
+            "[source_pool]\nmax_retries = 1", "[source_pool]\nmax_retries = -1"
+        )
+    )
+    fill(bootstrap, src, 1, 50)
+    relay = Background(conf, failover=False)
+    try:
+        wait_until(lambda: relay.produced() >= 50, 60, "50 records are copied")
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            admin.delete_topics([src])
+            wait_until(lambda: src not in admin.list_topics(), 30, "the topic is gone")
+        finally:
+            admin.close()
+        create_topic(bootstrap, src, partitions=1)
+        fill(bootstrap, src, 1, 10)
+        halts = relay.relay.status.halts
+        wait_until(lambda: bool(halts.all()), 60, "the partition halts")
+    finally:
+        relay.finish()
+    (halt,) = halts.all()
+    assert (halt.route.key, halt.offset) == ((src, 0), 50)
+    assert f"topic={src} partition=0 offsets=10-49 (40 records the copy holds" in halt.reason
+    labels = {"source_topic": src, "source_partition": "0", "cause": "truncated"}
+    lost = relay.metrics.registry.get_sample_value("ktm_source_records_lost_total", labels)
+    assert lost == 40
+    assert copied_offsets(target_broker.bootstrap, dst) == {0: list(range(50))}
