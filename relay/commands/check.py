@@ -53,6 +53,8 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
             f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
         )
     click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
+    for risk in pipeline.at_risk:  # relay.retention: copies the destination will delete
+        click.echo(f"retention: {risk.line()}")
     failed = _fetch_report(cfg, pipeline.pool.active, snap.rows)
     _groups_report(cfg, groups)
     target = cfg.need_target()

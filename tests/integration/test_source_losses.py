@@ -26,6 +26,7 @@ from relay.config import ClusterConfig, load_config
 from relay.engine.metrics import Metrics
 from relay.losses import DELETED, Loss
 from relay.pipelines.jobs import RunSummary, backup_job
+from testbed.ktm_process import run_ktm
 from testbed.provenance import attributed
 from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic, wait_until
@@ -35,6 +36,7 @@ from tests.support.relay import committed_offsets, write_config
 pytestmark = pytest.mark.brokers("kafka")
 
 GROUP = "ktm"  # [app].group_id's default: where the relay commits on the source
+HOUR_MS = 3_600_000
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -268,3 +270,35 @@ def test_a_source_topic_recreated_with_fewer_records_halts_its_partition(
     lost = relay.metrics.registry.get_sample_value("ktm_source_records_lost_total", labels)
     assert lost == 40
     assert copied_offsets(target_broker.bootstrap, dst) == {0: list(range(50))}
+
+
+def test_check_names_a_destination_whose_retention_would_delete_the_copies(
+    source_broker: Any, target_broker: Any, tmp_path: Path
+) -> None:
+    """30 source records two hours old and 10 new, copied into a topic keeping one hour: `ktm
+    check` (the relay's own start-up plan, which a relay's start logs the same) names the topic
+    and the 30 records its retention would delete; a topic keeping them all is not named."""
+    now = int(time.time() * 1000)
+    src = create_topic(source_broker.bootstrap, unique_topic("old-src"), partitions=2)
+    dst = create_topic(target_broker.bootstrap, unique_topic("short-dst"), partitions=2,
+                       configs={"retention.ms": str(HOUR_MS)})  # fmt: skip
+    keep = create_topic(target_broker.bootstrap, unique_topic("long-dst"), partitions=2)
+    old = [Record(value=b"old", partition=i % 2, timestamp_ms=now - 2 * HOUR_MS + i)
+           for i in range(30)]  # fmt: skip
+    new = [Record(value=b"new", partition=i % 2, timestamp_ms=now) for i in range(10)]
+    produce(source_broker.bootstrap, src, old + new)
+    other = create_topic(source_broker.bootstrap, unique_topic("old-src2"), partitions=2)
+    produce(source_broker.bootstrap, other, old)
+    conf = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
+                        target=target_broker.bootstrap, topics={src: dst, other: keep})  # fmt: skip
+
+    run = run_ktm(tmp_path, "--config", str(conf), command="check", timeout=120)
+
+    assert run.returncode == 0, run.stderr
+    said = (
+        f"destination topic {dst} deletes records older than retention.ms = {HOUR_MS} (1h): "
+        "30 of the records to copy into it (2 partition(s)) are older than that"
+    )
+    assert f"retention: {said}" in run.stdout
+    assert [line for line in run.stderr.splitlines() if said in line and "WARNING" in line]
+    assert keep not in run.stdout.split("records to relay")[1]  # 7 days: keeps them

@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
 from relay.attribution import attribute
-from relay.clients import admin
+from relay.clients import admin, timestamps
 from relay.clients.kept import keep_clients
 from relay.clients.settings import describe, is_retriable
 from relay.config import Config, TargetConfig, TopicRoute
@@ -33,6 +34,7 @@ from relay.resume import (
     resume_points,
     source_offsets,
 )
+from relay.retention import AtRisk, at_risk, cutoffs, retention_ms
 from relay.spec import PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,8 @@ class Startup:
     def __init__(self, cfg: Config, pool: SourcePool, stop: threading.Event, metrics: Metrics):
         self.cfg, self.pool, self.stop, self.metrics = cfg, pool, stop, metrics
         self.timeout = self.timeout_of(cfg)
+        # destination topics' retention by time, read by `fit` (relay.retention)
+        self.retention: dict[str, int | None] = {}
 
     @staticmethod
     def timeout_of(cfg: Config) -> float:
@@ -139,7 +143,25 @@ class Startup:
             log.info("target does not describe topic configs (%s): batch_size not checked", exc)
             return Fitted(target, ())
         rules = tuple(rules_of(topic, found) for topic, found in sorted(configs.items()) if found)
+        self.retention = {topic: retention_ms(found) for topic, found in configs.items()}
         return Fitted(self._fitted_target(target, configs), rules)
+
+    def retention_risk(self, plan: Plan) -> list[AtRisk]:
+        """The destination topics whose retention will delete records this run copies, each
+        said in one warning (relay.retention); a check, never a reason not to start."""
+        times = cutoffs(plan.routes, self.retention, int(time.time() * 1000))
+        if not times:
+            return []
+        source = self.pool.active
+        try:
+            young = timestamps.offsets_from(source, times, self.timeout)
+        except Exception as exc:  # noqa: BLE001 - informative only
+            log.info("source offsets by time not read (%s): retention not checked", exc)
+            return []
+        risks = at_risk(plan.routes, self.retention, plan.next_offsets, plan.ends, young)
+        for risk in risks:
+            log.warning("%s", risk.line())
+        return risks
 
     def _fitted_target(
         self, target: TargetConfig, configs: Mapping[str, Mapping[str, str]]

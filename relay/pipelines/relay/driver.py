@@ -32,6 +32,7 @@ from relay.resume import (
     destination_next_offsets,
     warn_unsettled,
 )
+from relay.retention import AtRisk
 from relay.spec import PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class RelayPipeline(FromSources):
         self._discovery = threading.Thread(target=self._discover, name="ktm-discovery",
                                            daemon=True)  # fmt: skip
         self._follow = False  # look for new topics and partitions (not with --stop-at-end)
+        self.at_risk: list[AtRisk] = []  # destination topics whose retention deletes copies
 
     def bind(self, status: Status) -> None:
         self.status = status  # the group sync reads the acknowledged offsets
@@ -76,6 +78,7 @@ class RelayPipeline(FromSources):
         self.group_topics = sorted({r.target for r in topics})
         source_counts = self.topic_plan.source_counts
         plan = self.startup.plan(stop_at_end, self._fitted(on_routes), topics, source_counts)
+        self.at_risk = self.startup.retention_risk(plan)  # copies the destination will delete
         self.routes = plan.routes
         self._follow = not stop_at_end and not self.dry_run
         return plan
