@@ -5,7 +5,8 @@ destination's next retention check (a backfill of last month into a topic keepin
 At the start of a relay (and in `ktm check`) each destination topic that deletes by time is
 named with how many of the records still to copy into it are older than now - retention.ms:
 counted on the source by timestamp (ListOffsets by time), from each partition's resume point to
-its end. Pure: no Kafka client.
+its end; a restore counts them in the store (relay.pipelines.restore.retention). Pure: no Kafka
+client.
 """
 
 from __future__ import annotations
@@ -70,19 +71,31 @@ def at_risk(
 ) -> list[AtRisk]:
     """Per destination topic, the records from each partition's next offset to its end that
     come before `young` (its first offset recent enough to be kept; None: none is)."""
+    counts = {}
+    for route in routes:
+        key = route.key
+        if key in young and key in nexts and key in ends:
+            first_kept = ends[key] if young[key] is None else min(young[key] or 0, ends[key])
+            counts[key] = max(0, first_kept - nexts[key])
+    return by_topic(routes, counts, retention)
+
+
+def by_topic(
+    routes: list[PartitionRoute],
+    counts: Mapping[SourcePartition, int],
+    retention: Mapping[str, int | None],
+) -> list[AtRisk]:
+    """Each partition's records at risk summed per destination topic (topics with none left
+    out)."""
     records: dict[str, int] = {}
     partitions: dict[str, int] = {}
     for route in routes:
-        key = route.key
-        if key not in young or key not in nexts or key not in ends:
-            continue
-        first_kept = ends[key] if young[key] is None else min(young[key] or 0, ends[key])
-        count = max(0, first_kept - nexts[key])
+        count = counts.get(route.key, 0)
         if count:
             records[route.target_topic] = records.get(route.target_topic, 0) + count
             partitions[route.target_topic] = partitions.get(route.target_topic, 0) + 1
     return [
-        AtRisk(topic, retention[topic] or 0, records[topic], partitions[topic])
+        AtRisk(topic, retention.get(topic) or 0, records[topic], partitions[topic])
         for topic in sorted(records)
     ]
 

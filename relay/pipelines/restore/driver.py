@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline, Plan
 from relay.errors import KafkaSetupError, StoppedWhileWaiting
 from relay.pipelines.restore.executor import RestoreSides
+from relay.pipelines.restore.retention import stored_at_risk
 from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT, RestoreTask
 from relay.refusals import Rules
 from relay.resume import destination_next_offsets
@@ -96,7 +98,23 @@ class RestorePipeline(Pipeline):
                 ends[route.key],
             )
         stops = dict(ends) if stop_at_end else None
+        self._warn_retention(nexts)
         return Plan(self.routes, nexts, _known(ends), stops)
+
+    def _warn_retention(self, nexts: dict[SourcePartition, int]) -> None:
+        """One warning per destination topic whose retention would delete records this restore
+        writes (ktm keeps their timestamps: relay.retention); a check, never a reason not to
+        start."""
+        window = (self.options.from_time, self.options.until_time)
+        now = int(time.time() * 1000)
+        try:
+            risks = stored_at_risk(self.store, self.store_cfg.cluster, self.routes, nexts,
+                                   self.startup.retention, now, window)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - informative only
+            log.info("store not read for the retention check (%s)", exc)
+            return
+        for risk in risks:
+            log.warning("%s", risk.line())
 
     def _wait_for_counts(self, counts: dict[str, int], where: str) -> dict[str, int]:
         """Each topic's partition count from the store. With --follow, a topic with no
