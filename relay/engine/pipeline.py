@@ -126,6 +126,11 @@ class Pipeline:
     def tick(self) -> None:
         """Called about five times a second while a round runs (periodic chores)."""
 
+    def recreated(self) -> list[tuple[str, str]]:
+        """Source topics found deleted and created again since they were first seen, each once:
+        (topic, one line naming both topic IDs); the runner halts their partitions."""
+        return []
+
     def has_changes(self) -> bool:
         """Whether partitions were found since the plan (the round then ends to take them)."""
         return False

@@ -13,6 +13,7 @@ from relay.engine.driver.setup import Startup
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.filters import FilterSpec
+from relay.pipelines.recreated import RecreatedTopics
 from relay.resume import Delivered, check_continuity
 from relay.spec import Rates, SourcePartition
 
@@ -36,6 +37,7 @@ class FromSources(Pipeline):
         self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
         self.startup = Startup(cfg, self.pool, stop_event, metrics)
         self.timeout = self.startup.timeout
+        self.recreations = RecreatedTopics(cfg.source_pool.healthcheck_interval, self.timeout)
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         """The last record already copied of each partition (where a new node must agree)."""
@@ -66,6 +68,10 @@ class FromSources(Pipeline):
         )
         self.pool.switch(decision)
         return True
+
+    def recreated(self) -> list[tuple[str, str]]:
+        topics = {route.topic for route in getattr(self, "routes", [])}
+        return self.recreations.check(self.pool.active, topics) if topics else []
 
     def wants_switch(self, nexts: dict[SourcePartition, int]) -> bool:
         try:

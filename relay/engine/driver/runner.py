@@ -341,6 +341,19 @@ class Runner:
             self._unsure = True  # its task's producer was dropped: where things stand is re-read
         return rest
 
+    def _halt_recreated(self) -> bool:
+        """A source topic deleted and created again (relay.pipelines.recreated): one ERROR line
+        naming both IDs, and each of its partitions halts where it was copied up to."""
+        found = self.pipeline.recreated()
+        nexts = self.status.next_offsets()
+        for topic, line in found:
+            log.error("%s", line)
+            for route in [r for r in self.routes if r.topic == topic]:
+                at = nexts[route.key]
+                self.status.halts.add(route, at, f"source topic {topic} was recreated")
+                self.stop_offsets[route.key] = min(self.stop_offsets.get(route.key, at), at)
+        return bool(found)
+
     def _plan(self, todo: list[PartitionRoute], slots: int) -> Groups:
         rows = self.status.rows()
         loads = [Load(r.key, rows[r.key].lag or 0, rows[r.key].rate) for r in todo]
@@ -401,6 +414,8 @@ class Runner:
             self._gap_from = None
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
         self.pipeline.tick()
+        if self._halt_recreated():
+            current.ask_to_stop("recreated", channel)
         reason = self._end_reason(current)
         if reason is not None:
             current.ask_to_stop(reason, channel)

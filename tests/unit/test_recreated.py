@@ -1,0 +1,49 @@
+"""Source topics deleted and created again (relay.pipelines.recreated): a changed topic ID is
+said once per topic, per node, at most once per interval."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from relay.config import ClusterConfig
+from relay.pipelines.recreated import RecreatedTopics
+
+DC1, DC2 = ClusterConfig("dc1", ("a:1",)), ClusterConfig("dc2", ("b:1",))
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_changed_topic_id_is_said_once_and_each_node_has_ids_of_its_own() -> None:
+    ids = {"dc1": {"orders": "id-1", "audit": "id-a"}, "dc2": {"orders": "id-9"}}
+    asked: list[str] = []
+
+    def read(node: ClusterConfig, topics: Iterable[str], timeout: float) -> dict[str, str]:
+        asked.append(node.name)
+        return {t: ids[node.name][t] for t in topics if t in ids[node.name]}
+
+    clock = Clock()
+    watch = RecreatedTopics(3.0, 2.0, read, clock)
+    assert watch.check(DC1, ["orders", "audit"]) == []
+    assert watch.check(DC2, ["orders"]) == [] and asked == ["dc1"]  # within the interval
+    clock.now = 3.0
+    assert watch.check(DC2, ["orders"]) == []  # another cluster of the pool: its own IDs
+    ids["dc1"]["orders"] = "id-2"
+    clock.now = 6.0
+    ((topic, line),) = watch.check(DC1, ["orders", "audit"])
+    assert topic == "orders"
+    assert "source topic orders on dc1 was deleted and created again: its topic ID was id-1, " \
+           "now id-2" in line  # fmt: skip
+    clock.now = 9.0
+    assert watch.check(DC1, ["orders", "audit"]) == []  # said once
+
+
+def test_a_node_that_does_not_answer_is_asked_again_at_the_next_interval() -> None:
+    def read(node: ClusterConfig, topics: Iterable[str], timeout: float) -> dict[str, str]:
+        raise ConnectionError("down")
+
+    assert RecreatedTopics(3.0, 2.0, read, Clock()).check(DC1, ["orders"]) == []
