@@ -181,6 +181,7 @@ class Runner:
                     if owned is not None and self._done():
                         break
                     self.pipeline.tick()  # chores go on while standing by
+                    self._halt_recreated()
                     self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
                     continue
                 for attempt in retrying(
