@@ -4,7 +4,8 @@ Their offsets start over: the copy holds offsets the new topic will reuse. A new
 fewer records than were copied is found by the next fetch (relay.losses: truncated); one that
 already holds more is not, so the topics' IDs (KIP-516) are read at each health-check interval
 and compared with the first ones seen on that node (each cluster of a failover pool has IDs of
-its own). The runner halts the partitions of a topic whose ID changed.
+its own). The runner halts the partitions of a topic whose ID changed. Looked at from the
+runner's thread only.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from relay.clients.kept import ClientCache
 from relay.clients.topic_ids import topic_ids
 from relay.config import ClusterConfig
 
@@ -33,6 +35,8 @@ class RecreatedTopics:
         self._ids: dict[str, dict[str, str]] = {}  # node: topic: the first ID seen
         self._reported: set[str] = set()
         self._next = 0.0
+        # one admin client kept between looks: a new one costs a bootstrap (3-4 round trips)
+        self._clients = ClientCache()
 
     def check(self, node: ClusterConfig, topics: Iterable[str]) -> list[tuple[str, str]]:
         """Topics whose ID on `node` changed since first seen, each once, with the line saying
@@ -42,7 +46,8 @@ class RecreatedTopics:
             return []
         self._next = now + self.interval
         try:
-            ids = self.read(node, topics, self.timeout)
+            with self._clients.use():
+                ids = self.read(node, topics, self.timeout)
         except Exception as exc:  # noqa: BLE001 - looked at again at the next interval
             log.debug("source topic IDs not read from %s: %s", node.name, exc)
             return []
@@ -54,6 +59,9 @@ class RecreatedTopics:
                 self._reported.add(topic)
                 found.append((topic, _line(topic, node.name, first, ident)))
         return found
+
+    def close(self) -> None:
+        self._clients.close()
 
 
 def _line(topic: str, node: str, old: str, new: str) -> str:

@@ -83,4 +83,5 @@ class FromSources(Pipeline):
         return self.pool.views()
 
     def close(self) -> None:
+        self.recreations.close()
         self.pool.close()
