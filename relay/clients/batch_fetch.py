@@ -385,5 +385,10 @@ def probe(
     return took, {key: f.error for key, f in found.items() if f.error is not None}
 
 
+def out_of_range(error: BaseException) -> bool:
+    """A fetch outside the partition's log: records lost before they were read (relay.losses)."""
+    return isinstance(error, kafka_errors.OffsetOutOfRangeError)
+
+
 def _failed(error: BaseException) -> Fetched:
     return Fetched(b"", -1, -1, error)

@@ -66,7 +66,7 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
 def _fetch_report(cfg: Config, node: Any, rows: Any) -> bool:
     """One fetch of every partition from the source node, timed as a task would see it: a
     long link or a broker slow with many partitions shows here, not as a silent relay."""
-    from relay.clients.batch_fetch import probe
+    from relay.clients.batch_fetch import out_of_range, probe
     from relay.clients.settings import describe
 
     positions = {row.route.key: row.next_offset for row in rows}
@@ -75,6 +75,17 @@ def _fetch_report(cfg: Config, node: Any, rows: Any) -> bool:
     fetch = cfg.source_pool.fetch
     took, errors = probe(node, positions, fetch)
     where = f"source {describe(node)}"
+    lost = sorted(key for key, error in errors.items() if out_of_range(error))
+    if lost:  # answered: the relay counts what was deleted (relay.losses), or halts there
+        first = lost[0]
+        rest = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
+        click.echo(
+            f"fetch from {where}: {first[0]}[{first[1]}]{rest} resumes outside the source's log "
+            f"(from offset {positions[first]}): records deleted before they were copied, or a "
+            "log truncated below the copy; the relay will count them as lost "
+            f'([source_pool].on_loss = "{cfg.source_pool.on_loss}")'
+        )
+        errors = {key: error for key, error in errors.items() if key not in lost}
     if not errors:
         click.echo(f"fetch from {where}: {len(positions)} partitions answered in {took:.2f}s")
         return False

@@ -166,6 +166,26 @@ def test_on_loss_stop_halts_the_partition_at_the_first_deleted_offset(
     assert copied == {0: [], 1: list(range(30, 60))}  # partition 1 went on
 
 
+def test_check_says_a_relay_would_resume_below_the_log_start_and_still_passes(
+    source_broker: Any, target_broker: Any, tmp_path: Path
+) -> None:
+    src = create_topic(source_broker.bootstrap, unique_topic("loss-chk"), partitions=1)
+    dst = create_topic(target_broker.bootstrap, unique_topic("loss-chk-dst"), partitions=1)
+    conf = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
+                        target=target_broker.bootstrap, topics={src: dst})  # fmt: skip
+    fill(source_broker.bootstrap, src, 1, 20)
+    commit_at(source_broker.bootstrap, src, {0: 5})
+    delete_below(source_broker.bootstrap, src, {0: 12})
+
+    run = run_ktm(tmp_path, "--config", str(conf), command="check", timeout=120)
+
+    assert run.returncode == 0, run.stderr
+    assert f"{src}[0] -> {dst}[0]: from offset 5, end 20, lag 15" in run.stdout
+    assert f"{src}[0] resumes outside the source's log (from offset 5): records deleted" in (
+        run.stdout
+    )
+
+
 def test_retention_racing_a_throttled_relay_loses_exactly_the_offsets_it_deleted_unread(
     source_broker: Any, target_broker: Any, tmp_path: Path, spark: Any
 ) -> None:
