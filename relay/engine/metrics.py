@@ -193,8 +193,9 @@ class Metrics:
         self.halted = Gauge(
             "ktm_partitions_halted",
             "Source partitions not relayed any more because the destination refuses one of their "
-            "records for good (a timestamp out of its limits, a null key for a compacted topic); "
-            "1 per halted partition (per topic: how many)",
+            "records for good (a timestamp out of its limits, a null key for a compacted topic) "
+            "or the source lost records before they were copied; 1 per halted partition (per "
+            "topic: how many)",
             ("source_topic", "source_partition"),
             registry=r,
         )

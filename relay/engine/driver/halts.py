@@ -1,5 +1,7 @@
 """Halted partitions: source partitions ktm stopped relaying because the destination refuses one
-of their records for good (relay.refusals), while the others go on.
+of their records for good (relay.refusals), or because the source lost records before they were
+copied (relay.losses: `on_loss = "stop"`, a truncated log, a recreated topic), while the others
+go on.
 
 A halt is kept for the life of the process: the records before the refused one are relayed (the
 partition's stop offset is the refused record's), nothing from it on is, and no round retries
