@@ -38,6 +38,7 @@ pytestmark = pytest.mark.brokers("kafka")
 
 GROUP = "ktm"  # [app].group_id's default: where the relay commits on the source
 HOUR_MS = 3_600_000
+STOP_ON_LOSS = '[source_pool]\non_loss = "stop"\n'
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -223,6 +224,8 @@ def test_retention_racing_a_throttled_relay_loses_exactly_the_offsets_it_deleted
 def test_a_backup_counts_what_was_deleted_before_it_was_backed_up(
     source_broker: Any, tmp_path: Path, spark: Any
 ) -> None:
+    """The store is the destination: offsets 20-31 deleted before the second backup are counted
+    (12) and the rest backed up; with on_loss = "stop", 40-44 deleted halt the partition at 40."""
     src = create_topic(source_broker.bootstrap, unique_topic("loss-bk"), partitions=1)
     store = tmp_path / "store"
     conf = write_config(tmp_path / "c.toml", source=source_broker.bootstrap,
@@ -247,6 +250,15 @@ def test_a_backup_counts_what_was_deleted_before_it_was_backed_up(
     # not count what was deleted before (docs/verify.md)
     (report,) = verify_once(conf, spark, "backup")
     assert report.exact and report.compared == 8
+
+    # on_loss = "stop": the partition halts at the first deleted offset, as a relay's does
+    fill(source_broker.bootstrap, src, 1, 10, first=40)
+    delete_below(source_broker.bootstrap, src, {0: 45})
+    conf.write_text(conf.read_text().replace("[source_pool]\n", STOP_ON_LOSS))
+    summary, metrics = backup()
+    (halt,) = summary.halted
+    assert (halt["source_partition"], halt["offset"], summary.records_lost) == (0, 40, 5)
+    assert summary.relayed == 0
 
 
 def test_a_source_topic_recreated_under_a_relay_halts_its_partition(
