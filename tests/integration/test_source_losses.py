@@ -11,6 +11,7 @@ and the count must equal it exactly.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -26,7 +27,7 @@ from relay.clients.consumer import GroupReader
 from relay.config import ClusterConfig, load_config
 from relay.engine.metrics import Metrics
 from relay.losses import DELETED, Loss
-from relay.pipelines.jobs import RunSummary, backup_job
+from relay.pipelines.jobs import backup_job
 from testbed.ktm_process import run_ktm
 from testbed.provenance import attributed
 from testbed.records import Record, produce, read_all
@@ -119,12 +120,10 @@ def commit_at(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
         consumer.close(autocommit=False)
 
 
-def relay_after_loss(
-    source: str, target: str, tmp_path: Path, on_loss: str
-) -> tuple[str, str, RunSummary, Metrics]:
+def after_loss(source: str, target: str, tmp_path: Path, on_loss: str) -> tuple[str, str, Path]:
     """Two partitions copied up to offset 30 (as the group's offsets say), 60 records each;
     then partition 0's log start moves to 45 (15 not yet copied) and partition 1's to 20 (all
-    copied): one run with `on_loss`."""
+    copied). A config with `on_loss`."""
     src = create_topic(source, unique_topic("loss-src"), partitions=2)
     dst = create_topic(target, unique_topic("loss-dst"), partitions=2)
     conf = write_config(tmp_path / "c.toml", source=source, target=target, topics={src: dst})
@@ -133,21 +132,30 @@ def relay_after_loss(
     fill(source, src, 2, 60)
     commit_at(source, src, {0: 30, 1: 30})
     delete_below(source, src, {0: 45, 1: 20})
-    summary, metrics = relay_once(conf)
-    return src, dst, summary, metrics
+    return src, dst, conf
 
 
 def test_a_relay_counts_what_was_deleted_before_it_was_copied_and_nothing_else(
     source_broker: Any, target_broker: Any, tmp_path: Path
 ) -> None:
-    """The run loses exactly the 15 records deleted unread, says so and counts them, and copies
-    every record the source still has past what was copied."""
-    src, dst, summary, metrics = relay_after_loss(
-        source_broker.bootstrap, target_broker.bootstrap, tmp_path, "warn"
-    )
-    assert (summary.records_lost, summary.lost) == (15, {f"{src}/0": 15})
-    assert (lost_metric(metrics, src, 0), lost_metric(metrics, src, 1)) == (15, None)
-    assert summary.relayed == 15 + 30 and summary.halted == []
+    """`ktm relay --stop-at-end` loses exactly the 15 records deleted unread, says so in one
+    line, copies every record the source still has past what was copied, and exits 1 naming
+    the loss (the copy is not the source's whole log); --summary-json counts it."""
+    src, dst, conf = after_loss(source_broker.bootstrap, target_broker.bootstrap, tmp_path, "warn")
+    summary_path = tmp_path / "summary.json"
+
+    run = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", "--summary-json",
+                  str(summary_path), timeout=200)  # fmt: skip
+
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    (error,) = run.error_lines()
+    assert f"15 source records were lost before they were copied ({src}/0: 15)" in error
+    said = [line for line in run.stderr.splitlines() if "deleted before they were copied" in line]
+    assert len(said) == 1 and f"topic={src} partition=0 offsets=30-44 (15 records" in said[0]
+    summary = json.loads(summary_path.read_text())
+    assert (summary["records_lost"], summary["lost"]) == (15, {f"{src}/0": 15})
+    assert summary["relayed"] == 15 + 30 and summary["halted"] == []
     copied = copied_offsets(target_broker.bootstrap, dst)
     assert copied == {0: list(range(45, 60)), 1: list(range(30, 60))}
 
@@ -155,9 +163,8 @@ def test_a_relay_counts_what_was_deleted_before_it_was_copied_and_nothing_else(
 def test_on_loss_stop_halts_the_partition_at_the_first_deleted_offset(
     source_broker: Any, target_broker: Any, tmp_path: Path
 ) -> None:
-    src, dst, summary, metrics = relay_after_loss(
-        source_broker.bootstrap, target_broker.bootstrap, tmp_path, "stop"
-    )
+    src, dst, conf = after_loss(source_broker.bootstrap, target_broker.bootstrap, tmp_path, "stop")
+    summary, metrics = relay_once(conf)
     (halt,) = summary.halted
     assert (halt["source_topic"], halt["source_partition"], halt["offset"]) == (src, 0, 30)
     assert f"topic={src} partition=0 offsets=30-44" in str(halt["reason"])
