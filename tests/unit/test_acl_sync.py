@@ -4,12 +4,15 @@ pure logic, no broker (tests/integration/test_acl_sync.py runs them on Apache Ka
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
 from relay.clients.acls import TopicAcl
 from relay.config import AclsConfig, ClusterConfig, TargetConfig, load_config
+from relay.engine.metrics import Metrics
+from relay.pipelines.relay import config_sync
 from relay.pipelines.relay.acl_sync import copied_acls
 from relay.pipelines.relay.config_sync import config_changes
 from relay.pipelines.relay.topic_configs import ConfigCopy
@@ -165,3 +168,46 @@ def test_a_prefixed_acl_on_a_topic_named_exactly_as_the_prefix_is_copied(rename:
     assert copied(found, [("orders", prefix + "orders")], rename) == {
         acl(prefix + "orders", pattern="PREFIXED")
     }
+
+
+def test_a_config_the_target_refuses_is_named_once_and_the_others_are_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[topics]\n"orders" = "orders-copy"\n[[sources]]\nname = "src"\n'
+        'servers = ["127.0.0.1:1"]\n[target]\nservers = ["127.0.0.1:2"]\nconfig_sync = true\n'
+    )
+    cfg = load_config(path)
+    set_on = {"src": {"orders": {"retention.ms": "5", "segment.bytes": "10"}},
+              "target": {"orders-copy": {"retention.ms": "1"}}}  # fmt: skip
+    asked: list[dict[str, dict[str, str | None]]] = []
+
+    def alter(cluster: ClusterConfig, changes: dict, timeout: float) -> dict[str, str]:
+        asked.append(changes)
+        for topic, change in changes.items():
+            if "segment.bytes" in change:  # applied whole or not at all, as Kafka does
+                return {topic: "InvalidConfigurationError: segment.bytes must be >= 1048576"}
+            set_on["target"][topic].update(change)
+        return {}
+
+    monkeypatch.setattr(config_sync, "alter_topic_configs", alter)
+    monkeypatch.setattr(config_sync, "_described",
+                        lambda cluster, topics, timeout: set_on[cluster.name])  # fmt: skip
+    metrics = Metrics()
+    sync = config_sync.ConfigSync(cfg, lambda: cfg.sources[0], lambda: [("orders", "orders-copy")],
+                                  lambda: True, metrics)  # fmt: skip
+    sync.copy._known = frozenset()
+    with caplog.at_level(logging.WARNING):
+        sync.sync_once()
+        sync.sync_once()
+
+    assert set_on["target"]["orders-copy"] == {"retention.ms": "5"}
+    refusals = [r.getMessage() for r in caplog.records]
+    assert len(refusals) == 1
+    assert refusals[0].startswith(
+        "destination topic orders-copy refuses config segment.bytes = 10 (copied from its source "
+        "topic): InvalidConfigurationError: segment.bytes must be >= 1048576; left as it is"
+    )
+    assert metrics.registry.get_sample_value("ktm_topic_config_failures_total") == 2
+    assert metrics.registry.get_sample_value("ktm_topic_configs_altered_total") == 1
