@@ -64,7 +64,8 @@ def topic_acls(cluster: ClusterConfig, timeout: float) -> list[TopicAcl]:
         with admin_client(cluster, timeout) as admin, supported("DescribeAcls"):
             found, _ = admin.describe_acls(wanted)
     except SecurityDisabledError as exc:
-        raise AclsUnavailable(f"the cluster has no authorizer ({exc})") from exc
+        where = "the target" if cluster.name == "target" else f"source {cluster.name}"
+        raise AclsUnavailable(f"{where} has no authorizer ({exc})") from exc
     return sorted(
         TopicAcl(
             acl.resource_pattern.pattern_type.name,

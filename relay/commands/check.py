@@ -131,6 +131,9 @@ def _acls_report(plan: Any) -> None:
     """The topic ACLs [acls] would create on the target now."""
     if plan is None:
         return
+    if plan.unavailable:
+        click.echo(f"[acls] copies no ACL: {plan.unavailable}")
+        return
     click.echo(f"[acls] would create {len(plan.create)} ACL(s) on the target "
                f"({plan.present} copied already)")  # fmt: skip
     for acl, copy in plan.create:

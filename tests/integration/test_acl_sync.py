@@ -42,7 +42,7 @@ from testbed.kafka import KafkaCluster, KafkaUnavailable
 from testbed.records import Record, produce
 from testbed.topics import wait_until
 from tests.support.inprocess import Background
-from tests.support.kafka_pool import POOL_SETTINGS
+from tests.support.kafka_pool import POOL_SETTINGS, KafkaLease
 from tests.support.relay import write_config
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.brokers("kafka")]
@@ -181,12 +181,16 @@ def expected(w: World) -> set[Acl]:
     }
 
 
-def test_check_lists_the_acls_it_would_create_and_the_missing_scram_user(world: World) -> None:
-    run = subprocess.run(
+def check(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-c", "from relay.cli import main; main()", "check", "--config",
-         str(world.config)],
-        capture_output=True, text=True, timeout=90, cwd=world.config.parent,
+         str(config)],
+        capture_output=True, text=True, timeout=90, cwd=config.parent,
     )  # fmt: skip
+
+
+def test_check_lists_the_acls_it_would_create_and_the_missing_scram_user(world: World) -> None:
+    run = check(world.config)
     assert run.returncode == 0, run.stderr
     copy = f"{world.orders}-copy"
     assert "[acls] would create 6 ACL(s) on the target (0 copied already)" in run.stdout
@@ -270,3 +274,16 @@ def test_a_config_changed_on_the_source_while_relaying_reaches_the_target_exclud
                "the changed configs on the target")  # fmt: skip
     altered = relay.metrics.registry.get_sample_value("ktm_topic_configs_altered_total")
     assert altered == 3
+
+
+def test_check_on_clusters_without_an_authorizer_says_no_acl_is_copied(
+    source_broker: KafkaLease, target_broker: KafkaLease, tmp_path: Path
+) -> None:
+    src = f"acl-plain-{uuid.uuid4().hex[:6]}"
+    source_broker.cluster.create_topic(src, 1)
+    config = write_config(tmp_path / "plain.toml", source=source_broker.bootstrap,
+                          target=target_broker.bootstrap, topics={src: src},
+                          extra="create_topics = true\n[acls]\nsync = true\n")  # fmt: skip
+    run = check(config)
+    assert run.returncode == 0, run.stderr
+    assert "[acls] copies no ACL: source src has no authorizer" in run.stdout, run.stdout

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 from relay.clients import acls
 from relay.clients.acls import TopicAcl
+from relay.clients.admin import Unsupported
 from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics
 from relay.selection import matches
@@ -50,6 +51,7 @@ class AclPlan:
     create: tuple[tuple[TopicAcl, TopicAcl], ...]  # (source ACL, destination ACL) missing
     present: int  # destination ACLs wanted that the target has already
     unknown_principals: tuple[str, ...]  # SCRAM users on the source, not on the target
+    unavailable: str = ""  # why no ACL can be copied (a cluster without an authorizer)
 
 
 def copied_acls(
@@ -106,11 +108,13 @@ class AclSync:
         """The ACLs the target lacks, read from both clusters now."""
         source = self._source()
         cfg = self.cfg.acls
-        wanted = copied_acls(
-            acls.topic_acls(source, self.timeout), self._routes(), self.cfg.discover.rename,
-            cfg.principals, cfg.exclude,
-        )  # fmt: skip
-        have = set(acls.topic_acls(self.target, self.timeout))
+        try:
+            on_source = acls.topic_acls(source, self.timeout)
+            have = set(acls.topic_acls(self.target, self.timeout))
+        except (acls.AclsUnavailable, Unsupported) as exc:
+            return AclPlan((), 0, (), unavailable=str(exc))
+        wanted = copied_acls(on_source, self._routes(), self.cfg.discover.rename,
+                             cfg.principals, cfg.exclude)  # fmt: skip
         create = tuple((acl, copy) for copy, acl in sorted(wanted.items()) if copy not in have)
         principals = {copy.principal for copy in wanted}
         return AclPlan(create, len(wanted) - len(create), self._unknown(source, principals))
@@ -132,10 +136,9 @@ class AclSync:
         """One sync (the chore's work); ACLs the target refuses are named once each."""
         if not self._may_sync():
             return
-        try:
-            plan = self.plan()
-        except acls.AclsUnavailable as exc:
-            self._once("unavailable", f"[acls].sync: no ACLs copied: {exc}")
+        plan = self.plan()
+        if plan.unavailable:
+            self._once("unavailable", f"[acls].sync: no ACLs copied: {plan.unavailable}")
             return
         refused = acls.create_acls(self.target, [copy for _, copy in plan.create], self.timeout)
         created = [(acl, copy) for acl, copy in plan.create if copy not in refused]
