@@ -103,6 +103,7 @@ class AclSync:
         self.timeout = cfg.need_target().request_timeout
         self._source, self._routes, self._may_sync = source, routes, may_sync
         self._said: set[str] = set()  # log lines written once
+        self._scram = True  # False once a cluster did not say its SCRAM users: not asked again
 
     def plan(self) -> AclPlan:
         """The ACLs the target lacks, read from both clusters now."""
@@ -122,13 +123,14 @@ class AclSync:
     def _unknown(self, source: ClusterConfig, principals: set[str]) -> tuple[str, ...]:
         users = {p.removeprefix("User:") for p in principals if p.startswith("User:")}
         users.discard("*")
-        if not users:
+        if not users or not self._scram:
             return ()
         try:
             on_source = acls.scram_users(source, self.timeout) & users
             missing = on_source and on_source - acls.scram_users(self.target, self.timeout)
         except Exception as exc:  # noqa: BLE001 - a check: the ACLs are copied all the same
-            log.debug("SCRAM users cannot be compared: %s", exc)
+            log.debug("SCRAM users cannot be compared (not asked again): %s", exc)
+            self._scram = False  # Tansu lets it time out: every sync would wait that long
             return ()
         return tuple(f"User:{user}" for user in sorted(missing))
 
