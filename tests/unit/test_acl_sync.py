@@ -1,6 +1,7 @@
 """Which topic ACLs [acls] copies (relay.pipelines.relay.acl_sync), which config changes
 [target].config_sync makes (relay.pipelines.relay.config_sync), and how both are configured:
-pure logic, no broker (tests/integration/test_acl_sync.py runs them on Apache Kafka)."""
+no broker: the clients are
+faked behind ktm's own functions (tests/integration/test_acl_sync.py runs them on Apache Kafka)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from relay.clients import acls
 from relay.clients.acls import TopicAcl
 from relay.config import AclsConfig, ClusterConfig, TargetConfig, load_config
 from relay.engine.metrics import Metrics
 from relay.pipelines.relay import config_sync
-from relay.pipelines.relay.acl_sync import copied_acls
+from relay.pipelines.relay.acl_sync import AclSync, copied_acls
 from relay.pipelines.relay.config_sync import config_changes
 from relay.pipelines.relay.topic_configs import ConfigCopy
 
@@ -211,3 +213,37 @@ def test_a_config_the_target_refuses_is_named_once_and_the_others_are_applied(
     )
     assert metrics.registry.get_sample_value("ktm_topic_config_failures_total") == 2
     assert metrics.registry.get_sample_value("ktm_topic_configs_altered_total") == 1
+
+
+def test_an_acl_the_target_refuses_is_named_once_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[topics]\n"orders" = "orders"\n[[sources]]\nname = "src"\nservers = ["127.0.0.1:1"]\n'
+        '[target]\nservers = ["127.0.0.1:2"]\n[acls]\nsync = true\n'
+    )
+    cfg = load_config(path)
+    on = {"src": [acl("orders"), acl("orders", principal="User:bad")], "target": []}
+    refusal = {acl("orders", principal="User:bad"): "InvalidRequestError"}
+
+    def create(cluster: ClusterConfig, wanted: list[TopicAcl], timeout: float) -> dict:
+        on["target"] += [a for a in wanted if a not in refusal]
+        return {a: why for a, why in refusal.items() if a in wanted}
+
+    monkeypatch.setattr(acls, "topic_acls", lambda cluster, timeout: list(on[cluster.name]))
+    monkeypatch.setattr(acls, "create_acls", create)
+    monkeypatch.setattr(acls, "scram_users", lambda cluster, timeout: frozenset())
+    metrics = Metrics()
+    sync = AclSync(cfg, lambda: cfg.sources[0], lambda: [("orders", "orders")], lambda: True,
+                   metrics)  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        sync.sync_once()
+        sync.sync_once()
+
+    assert on["target"] == [acl("orders")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "the target refused ACL ALLOW READ on topic orders for User:bad: InvalidRequestError"
+    ]
+    assert metrics.registry.get_sample_value("ktm_acls_created_total") == 1
+    assert metrics.registry.get_sample_value("ktm_acl_failures_total") == 2
