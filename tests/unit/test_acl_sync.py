@@ -1,7 +1,7 @@
 """Which topic ACLs [acls] copies (relay.pipelines.relay.acl_sync), which config changes
-[target].config_sync makes (relay.pipelines.relay.config_sync), and how both are configured:
-no broker: the clients are
-faked behind ktm's own functions (tests/integration/test_acl_sync.py runs them on Apache Kafka)."""
+[target].config_sync makes (relay.pipelines.relay.config_sync), and how both are configured.
+No broker: the clients are faked behind ktm's own functions (tests/integration/test_acl_sync.py
+runs the same on Apache Kafka)."""
 
 from __future__ import annotations
 
