@@ -43,7 +43,7 @@ from testbed.records import Record, produce
 from testbed.topics import wait_until
 from tests.support.inprocess import Background
 from tests.support.kafka_pool import POOL_SETTINGS, KafkaLease
-from tests.support.relay import write_config
+from tests.support.relay import committed_offsets, write_config
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.brokers("kafka")]
 
@@ -148,6 +148,10 @@ def world(clusters: tuple[KafkaCluster, ...], tmp_path_factory: pytest.TempPathF
         client.close()
     for topic in (orders, prefix + "eu"):
         produce(source.bootstrap, topic, [Record(value=b"v") for _ in range(3)])
+    # the group coordinators of fresh clusters take a moment to load (seconds on a busy
+    # machine): ktm check and the relay ask them at once, with short retries
+    committed_offsets(source.bootstrap, "ktm", orders, 1)
+    committed_offsets(target.bootstrap, "ktm.relay", orders, 1)
     add_acls(source.bootstrap, [
         acl("LITERAL", orders, "User:reader", "READ"),
         acl("LITERAL", orders, "User:describer", "DESCRIBE"),
@@ -281,6 +285,8 @@ def test_check_on_clusters_without_an_authorizer_says_no_acl_is_copied(
 ) -> None:
     src = f"acl-plain-{uuid.uuid4().hex[:6]}"
     source_broker.cluster.create_topic(src, 1)
+    # the group coordinator of a fresh node takes a moment to load (see world)
+    committed_offsets(source_broker.bootstrap, "ktm", src, 1)
     config = write_config(tmp_path / "plain.toml", source=source_broker.bootstrap,
                           target=target_broker.bootstrap, topics={src: src},
                           extra="create_topics = true\n[acls]\nsync = true\n")  # fmt: skip

@@ -67,11 +67,12 @@ class RelayPipeline(FromSources):
                             metrics)  # fmt: skip
         self.configs = ConfigSync(cfg, lambda: self.pool.active, self._topic_pairs,
                                   self._may_sync, metrics)  # fmt: skip
-        self._chores = [
-            Periodic("ACL sync", cfg.acls.interval, self.acls.sync_once) if cfg.acls.sync else None,
-            Periodic("topic config sync", self.target.config_sync_interval,
-                     self.configs.sync_once) if self.target.config_sync else None,
-        ]  # fmt: skip
+        self._chores: list[Periodic] = []  # started by the first tick
+        if cfg.acls.sync:
+            self._chores.append(Periodic("ACL sync", cfg.acls.interval, self.acls.sync_once))
+        if self.target.config_sync:
+            self._chores.append(Periodic("topic config sync", self.target.config_sync_interval,
+                                         self.configs.sync_once))  # fmt: skip
         self._found_plan: Plan | None = None  # partitions found, not yet handed over
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -170,8 +171,7 @@ class RelayPipeline(FromSources):
         if self.cfg.groups.include:
             self.groups.start()
         for chore in self._chores:
-            if chore is not None:
-                chore.start()
+            chore.start()
 
     def has_changes(self) -> bool:
         return self._found_plan is not None
@@ -205,8 +205,7 @@ class RelayPipeline(FromSources):
         self._stopping.set()
         self.groups.close()
         for chore in self._chores:
-            if chore is not None:
-                chore.close()
+            chore.close()
         if self._discovery.is_alive():
             self._discovery.join(timeout=CHORE_JOIN)
         super().close()
