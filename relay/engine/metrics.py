@@ -267,7 +267,7 @@ class Metrics:
         )
         self.topic_config_failures = Counter(
             "ktm_topic_config_failures",
-            "Config changes of destination topics the target refused (each attempt)",
+            "Config changes of destination topics the target refused",
             registry=r,
         )
 

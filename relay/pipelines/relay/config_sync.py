@@ -11,7 +11,8 @@ by the rules of a creation (relay.pipelines.relay.topic_configs: set on the sour
 
 Only destinations of topics ktm relays (a destination fed by several source topics follows
 the first, as at creation). A config the target refuses is named once (topic, key, value) and
-left as it is; the others of that topic are applied. Brokers that describe no topic configs
+left as it is, not asked again until its value on the source changes; the others of that
+topic are applied. Brokers that describe no topic configs
 (Tansu) are left alone: nothing can be compared.
 """
 
@@ -67,7 +68,9 @@ class ConfigSync:
         self.target, self.timeout, self.metrics = target.cluster, target.request_timeout, metrics
         self.copy = ConfigCopy(target, self.timeout)
         self._source, self._routes, self._may_sync = source, routes, may_sync
-        self._said: set[str] = set()
+        # (destination, key, value) the target refused: not asked again until the source's
+        # value changes (or ktm restarts)
+        self._refused: set[tuple[str, str, str | None]] = set()
 
     def plan(self) -> Changes:
         """The changes each destination needs now, read from both clusters."""
@@ -83,14 +86,18 @@ class ConfigSync:
     def sync_once(self) -> None:
         if not self._may_sync():
             return
-        changes = self.plan()
+        changes = {
+            dest: kept
+            for dest, change in self.plan().items()
+            if (kept := {n: v for n, v in change.items() if (dest, n, v) not in self._refused})
+        }
         refused = alter_topic_configs(self.target, changes, self.timeout)
         for dest in sorted(refused):  # one change at a time finds the refused ones
             applied: dict[str, str | None] = {}
             for name, value in sorted(changes[dest].items()):
                 error = alter_topic_configs(self.target, {dest: {name: value}}, self.timeout)
                 if error:
-                    self._said_refused(dest, name, value, error[dest])
+                    self._refuse(dest, name, value, error[dest])
                 else:
                     applied[name] = value
             changes[dest] = applied
@@ -102,16 +109,14 @@ class ConfigSync:
                 log.info("destination topic %s configs kept in step with its source: %s",
                          dest, shown)  # fmt: skip
 
-    def _said_refused(self, dest: str, name: str, value: str | None, error: str) -> None:
+    def _refuse(self, dest: str, name: str, value: str | None, error: str) -> None:
+        self._refused.add((dest, name, value))
         self.metrics.topic_config_failures.inc()
-        key = f"{dest} {name} {value}"
-        if key not in self._said:
-            self._said.add(key)
-            log.warning(
-                "destination topic %s refuses config %s = %s (copied from its source topic): "
-                '%s; left as it is (leave it out with [target].config_exclude: add "%s")',
-                dest, name, "(default)" if value is None else value, error, name,
-            )  # fmt: skip
+        log.warning(
+            "destination topic %s refuses config %s = %s (copied from its source topic): "
+            '%s; left as it is (leave it out with [target].config_exclude: add "%s")',
+            dest, name, "(default)" if value is None else value, error, name,
+        )  # fmt: skip
 
 
 def _described(
