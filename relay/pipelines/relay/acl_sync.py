@@ -21,6 +21,7 @@ The rules:
 - A principal that is a SCRAM user on the source but not on the target is named once (a
   consumer moved over could not log in); other principals (certificates, Kerberos, OAuth)
   live outside Kafka, so they cannot be checked.
+- An ACL the target refuses is named once and not asked for again while the process runs.
 - One process of a group of ktm processes syncs: the one the group sync would use.
 """
 
@@ -103,6 +104,7 @@ class AclSync:
         self.timeout = cfg.need_target().request_timeout
         self._source, self._routes, self._may_sync = source, routes, may_sync
         self._said: set[str] = set()  # log lines written once
+        self._refused: set[TopicAcl] = set()  # not asked for again while this process runs
         self._scram = True  # False once a cluster did not say its SCRAM users: not asked again
 
     def plan(self) -> AclPlan:
@@ -142,8 +144,10 @@ class AclSync:
         if plan.unavailable:
             self._once("unavailable", f"[acls].sync: no ACLs copied: {plan.unavailable}")
             return
-        refused = acls.create_acls(self.target, [copy for _, copy in plan.create], self.timeout)
-        created = [(acl, copy) for acl, copy in plan.create if copy not in refused]
+        asked = [(acl, copy) for acl, copy in plan.create if copy not in self._refused]
+        refused = acls.create_acls(self.target, [copy for _, copy in asked], self.timeout)
+        self._refused.update(refused)
+        created = [(acl, copy) for acl, copy in asked if copy not in refused]
         self.metrics.acls_created.inc(len(created))
         self.metrics.acl_failures.inc(len(refused))
         each = log.info if len(created) <= LOG_EACH_CREATED else log.debug
@@ -152,7 +156,8 @@ class AclSync:
         if len(created) > LOG_EACH_CREATED:
             log.info("%d ACLs copied to the target (each: --debug)", len(created))
         for copy, why in sorted(refused.items()):
-            self._once(f"refused {copy}", f"the target refused ACL {copy}: {why}")
+            log.warning("the target refused ACL %s: %s (not asked again until a restart)",
+                        copy, why)  # fmt: skip
         for principal in plan.unknown_principals:
             self._once(
                 f"principal {principal}",
