@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relay.config.model import (
+    AclsConfig,
     AppConfig,
     ClusterConfig,
     Config,
@@ -75,6 +76,7 @@ def load_config(
         topics=_topics(doc, discover),
         discover=discover,
         groups=_build(GroupsConfig, doc.sub("groups")),
+        acls=_build(AclsConfig, doc.sub("acls")),
         sources=sources,
         source_pool=source_pool,
         target=_target(doc.sub("target")) if "target" in doc.mapping else None,
