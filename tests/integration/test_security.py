@@ -89,7 +89,7 @@ def other_ca(tmp_path_factory: pytest.TempPathFactory) -> TestCerts:
 
 def keys(
     cluster: KafkaCluster, listener: str, mechanism: str | None = None, who: str = "src",
-    *, password: str | None = None, ca: Path | None = None,
+    *, password: str | None = None, ca: Path | None = None, client_cert: bool = True,
 ) -> str:  # fmt: skip
     """The connection keys of a [[sources]] entry or of [target] for one listener."""
     assert cluster.certs is not None
@@ -100,7 +100,7 @@ def keys(
                   f'password = "{password or secret}"']  # fmt: skip
     if listener in ("SSL", "SASL_SSL"):
         lines += ["tls = true", f'ca_cert_path = "{ca or cluster.certs.ca_cert}"']
-    if listener == "SSL":  # the SSL listener asks for a client certificate
+    if listener == "SSL" and client_cert:  # the SSL listener asks for a client certificate
         lines += [f'client_cert_path = "{cluster.certs.client_cert}"',
                   f'client_key_path = "{cluster.certs.client_key}"']  # fmt: skip
     return "\n".join(lines)
@@ -271,6 +271,7 @@ BAD = {
                               "[target].sasl_mechanism"),
     "untrusted certificate": ("source", "SASL_SSL", "SCRAM-SHA-512", "ca",
                               "[[sources]][1].ca_cert_path"),
+    "no client certificate": ("target", "SSL", None, "client", "[target].client_cert_path"),
 }  # fmt: skip
 
 
@@ -281,7 +282,8 @@ def test_a_refused_login_is_one_line_naming_the_key(case, secure, other_ca, tmp_
     dst = create_topic(secure.bootstrap, unique_topic("sec-bad-copy"), PARTITIONS)
     bad = keys(secure, listener, mechanism, "src" if side == "source" else "dst",
                password="not-the-password" if wrong == "password" else None,
-               ca=other_ca.ca_cert if wrong == "ca" else None)  # fmt: skip
+               ca=other_ca.ca_cert if wrong == "ca" else None,
+               client_cert=wrong != "client")  # fmt: skip
     good = keys(secure, "SASL_PLAINTEXT", "SCRAM-SHA-512", "dst" if side == "source" else "src")
     conf = config(tmp_path / "c.toml", topics={src: dst}, sources={"src": bad if side == "source"
                   else good}, target=bad if side == "target" else good,
@@ -291,7 +293,8 @@ def test_a_refused_login_is_one_line_naming_the_key(case, secure, other_ca, tmp_
 
     who = "source src (" if side == "source" else "target ("
     error = assert_one_error_line(run, 2, who + secure.address(listener), key)
-    assert ("TLS handshake" if wrong == "ca" else "refused" if wrong else "not enabled") in error
+    why = {"ca": "TLS handshake", "client": "TLS handshake", "password": "refused"}
+    assert why.get(wrong or "", "not enabled") in error
     assert committed_offsets(secure.bootstrap, "ktm", src, PARTITIONS) == dict.fromkeys(
         range(PARTITIONS)
     )
