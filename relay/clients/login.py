@@ -24,6 +24,7 @@ import secrets
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,42 +51,59 @@ _LOGGED_IN: set[ClusterConfig] = set()  # the clusters this process logged in to
 def check_login(cluster: ClusterConfig, timeout: float) -> None:
     """Before the first client of a cluster with TLS or SASL: one hand-made login, so that a
     refused one is reported at once, not after kafka-python's bootstrap timeout (10 s and more
-    at start-up). Raises the ConfigError; a broker that does not answer is left to the client."""
+    at start-up). Raises the ConfigError, or ConnectionError when no server takes a connection
+    (kafka-python could not bootstrap either: not waiting for it twice)."""
     if cluster in _LOGGED_IN or not (cluster.tls or cluster.sasl_mechanism):
         return
     outcome = _login(cluster, timeout)
     if isinstance(outcome, ConfigError):
         raise outcome
+    if outcome is False:
+        raise ConnectionError(f"no broker answered within {timeout:g}s")
     if outcome:
         _LOGGED_IN.add(cluster)
 
 
 def login_problem(cluster: ClusterConfig, timeout: float) -> ConfigError | None:
-    """One login as kafka-python makes it: what the operator must fix, or None when the
-    first server did not answer (or let ktm in: the problem is elsewhere)."""
+    """One login as kafka-python makes it: what the operator must fix, or None (no server
+    answered, or one let ktm in: the problem is elsewhere)."""
     outcome = _login(cluster, timeout)
     return outcome if isinstance(outcome, ConfigError) else None
 
 
-def _login(cluster: ClusterConfig, timeout: float) -> ConfigError | bool:
-    """The problem, True (logged in) or False (no answer)."""
-    host, _, port = cluster.servers[0].rpartition(":")
-    try:
-        raw = socket.create_connection((host, int(port)), timeout=timeout)
-    except OSError:
-        return False
-    with raw:
+def _login(cluster: ClusterConfig, timeout: float) -> ConfigError | bool | None:
+    """Each server in turn until one gives a verdict: the problem, or True (logged in).
+    False: no server took a connection; None: one did, without a verdict (it closed the
+    connection, or spoke no Kafka ktm knows): left to kafka-python."""
+    deadline = time.monotonic() + timeout
+    outcome: ConfigError | bool | None = False
+    for server in cluster.servers:
+        host, _, port = server.rpartition(":")
         try:
-            sock = _tls(cluster, raw, host) if cluster.tls else raw
-            _Exchange(sock).api_versions()
-            if cluster.sasl_mechanism:
-                _sasl(cluster, _Exchange(sock))
-        except ConfigError as problem:
-            return problem
-        except ssl.SSLError as exc:
-            return _tls_refused(cluster, exc, host, port)
-        except (OSError, ValueError, struct.error):
-            return False
+            raw = socket.create_connection((host, int(port)), max(deadline - time.monotonic(), 0.1))
+        except (OSError, ValueError):
+            continue
+        with raw:
+            outcome = _login_on(cluster, raw, host, port)
+        if outcome is not None:
+            return outcome
+    return outcome
+
+
+def _login_on(
+    cluster: ClusterConfig, raw: socket.socket, host: str, port: str
+) -> ConfigError | bool | None:
+    try:
+        exchange = _Exchange(_tls(cluster, raw, host) if cluster.tls else raw)
+        exchange.api_versions()
+        if cluster.sasl_mechanism:
+            _sasl(cluster, exchange)
+    except ConfigError as problem:
+        return problem
+    except ssl.SSLError as exc:
+        return _tls_refused(cluster, exc, host, port)
+    except (OSError, ValueError, struct.error):
+        return None
     return True
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import signal
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -495,3 +496,18 @@ def test_no_login_is_made_for_a_plaintext_cluster(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(login, "_login", lambda *a: pytest.fail("logged in to a plain cluster"))
     login.check_login(ClusterConfig("src", ("nowhere.invalid:9092",)), 1.0)
+
+
+def test_no_server_taking_a_connection_is_a_connection_error_at_once() -> None:
+    """Retriable, and without waiting for kafka-python's bootstrap timeout as well."""
+    from relay.clients import login
+    from relay.config import ClusterConfig
+
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens there
+    cluster = ClusterConfig("src", (closed, closed), sasl_mechanism="PLAIN", username=USERNAME,
+                            password=Secret(PASSWORD), section="[[sources]][1]")  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match="no broker answered"):
+        login.check_login(cluster, 5.0)
+    assert time.monotonic() - started < 1.0
+    assert login.login_problem(cluster, 5.0) is None
