@@ -102,8 +102,8 @@ def _login_on(
         return problem
     except ssl.SSLError as exc:
         return _tls_refused(cluster, exc, host, port)
-    except (OSError, ValueError, struct.error):
-        return None
+    except (OSError, ValueError, KeyError, struct.error):
+        return None  # not Kafka's answers as this module knows them
     return True
 
 
