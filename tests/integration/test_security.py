@@ -220,10 +220,11 @@ def test_backup_over_plain_tls_and_restore_over_scram_sha_512(secure, spark, tmp
     assert_no_password(secure, {str(p): p.read_bytes() for p in store.rglob("*") if p.is_file()})
 
 
-def test_failover_between_two_secure_nodes(secure, spark, tmp_path_factory, tmp_path):
+def test_failover_between_two_secure_nodes(secure, spark, tmp_path_factory, tmp_path, caplog):
     """Two source nodes, each with its own login: a second secure cluster over SASL_PLAINTEXT
     PLAIN (listed first: the initial node) dies; the relay goes on from the first cluster over
-    SASL_SSL SCRAM-SHA-512, writing over SSL with a client certificate. Nothing lost or twice."""
+    SASL_SSL SCRAM-SHA-512, writing over SSL with a client certificate. Nothing lost or twice.
+    A third node with a wrong password is never used, and said so once."""
     second = _secure_cluster("secure-b", tmp_path_factory.mktemp("secure-b"))
     try:
         topic = unique_topic("sec-fo")
@@ -234,7 +235,8 @@ def test_failover_between_two_secure_nodes(secure, spark, tmp_path_factory, tmp_
         conf = config(
             tmp_path / "c.toml", topics={topic: dst},
             sources={"b": keys(second, "SASL_PLAINTEXT", "PLAIN"),
-                     "a": keys(secure, "SASL_SSL", "SCRAM-SHA-512")},
+                     "a": keys(secure, "SASL_SSL", "SCRAM-SHA-512"),
+                     "c": keys(secure, "SASL_PLAINTEXT", "SCRAM-SHA-256", password="wrong")},
             target=keys(secure, "SSL"),
             # a new cluster's group coordinator takes a few seconds to load
             pool=('healthcheck_interval = "500ms"\noffset_lag_threshold = 100\n'
@@ -253,6 +255,8 @@ def test_failover_between_two_secure_nodes(secure, spark, tmp_path_factory, tmp_
         finally:
             relay.finish()
         assert relay.error is None
+        refused = [r.getMessage() for r in caplog.records if "cannot be used" in r.getMessage()]
+        assert len(refused) == 1 and "[[sources]][3].password" in refused[0], refused
         assert_copied(secure, topic, dst)
         assert_verified(verify_once(conf, spark, failover=True), 300)
     finally:
