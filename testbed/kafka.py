@@ -14,6 +14,10 @@ settings that differ from a stock broker are in `TEST_SETTINGS`, each with its r
 else (group.min.session.timeout.ms, the timestamp limits, auto topic creation) is stock, since
 those are what users meet. Like `testbed.tansu`, this module uses kafka-python directly, never
 the code under test.
+
+`KafkaCluster(..., secure=True)` adds SASL_PLAINTEXT, SSL (a client certificate required) and
+SASL_SSL listeners beside PLAINTEXT, which inter-broker traffic and the tests' own tools keep
+using: see `SECURE_LISTENERS`, `address(listener)`, `certs` and `user(mechanism, who)`.
 """
 
 from __future__ import annotations
