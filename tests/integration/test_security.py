@@ -299,6 +299,7 @@ def test_a_refused_login_is_one_line_naming_the_key(case, secure, other_ca, tmp_
     error = assert_one_error_line(run, 2, who + secure.address(listener), key)
     why = {"ca": "TLS handshake", "client": "TLS handshake", "password": "refused"}
     assert why.get(wrong or "", "not enabled") in error
+    assert "retrying" not in run.stderr  # a wrong password does not become right
     assert committed_offsets(secure.bootstrap, "ktm", src, PARTITIONS) == dict.fromkeys(
         range(PARTITIONS)
     )
