@@ -193,7 +193,7 @@ def _check_backoff(t: _Table, low: float, high: float) -> None:
 
 def _cluster(t: _Table, **given: Any) -> ClusterConfig:
     """Reads the connection keys and checks the ones that go together; the caller finishes `t`."""
-    cluster = _build(ClusterConfig, t, finish=False, **given)
+    cluster = _build(ClusterConfig, t, finish=False, section=t.path, **given)
     if cluster.sasl_mechanism:
         for key in ("username", "password"):
             if getattr(cluster, key) is None:

@@ -64,6 +64,13 @@ class ClusterConfig:
     # How its records are read: a [[sources]] cluster takes [source_pool].isolation_level; any
     # other (the target, a destination read back) is read whole: ktm writes no transactions.
     isolation_level: str = "read_uncommitted"
+    # Its table in the config ("[target]", "[[sources]][1]"): errors name its keys. Where a
+    # cluster is written is not what it is: not compared.
+    section: str = field(default="", compare=False)
+
+    def key(self, name: str) -> str:
+        """How an error names one of its config keys: `[target].password`."""
+        return f"{self.section or self.name}.{name}"
 
     @property
     def read_committed(self) -> bool:
