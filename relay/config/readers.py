@@ -26,7 +26,7 @@ ON_LOSS = ("warn", "stop")  # relay.losses
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 TOP_LEVEL_KEYS = (
     "app", "spark", "topics", "discover", "groups", "sources", "source_pool", "target",
-    "filters", "store", "limits", "verify",
+    "filters", "store", "limits", "verify", "acls",
 )  # fmt: skip
 DISCOVER_STARTS = ("beginning", "end")
 # The topic configs MirrorMaker 2 never copies (its DefaultConfigPropertyFilter): they describe
