@@ -133,7 +133,7 @@ class Producer:
                 raise PartitionFailed(topic, partition, self._failed)
             return [(1, Delivery(self._send_one(topic, partition, item), False)) for item in items]
         tp = TopicPartition(topic, partition)
-        internals.known_partitions(self._producer, topic)
+        internals.known_partitions(self._producer, topic, partition)
         segments = _append_bulk(internals.accumulator(self._producer), tp, items, self._failed)
         self._wake()
         return segments
