@@ -193,7 +193,8 @@ class Metrics:
         self.halted = Gauge(
             "ktm_partitions_halted",
             "Source partitions not relayed any more because the destination refuses one of their "
-            "records for good (a timestamp out of its limits, a null key for a compacted topic); "
+            "records for good (a timestamp out of its limits, a null key for a compacted topic) "
+            "or lacks their partition (a source topic grown past it); "
             "1 per halted partition (per topic: how many)",
             ("source_topic", "source_partition"),
             registry=r,

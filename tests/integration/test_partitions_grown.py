@@ -68,16 +68,19 @@ def once_each(topic: str, per_partition: Sequence[int]) -> Counter[tuple[str, in
 
 
 def config(path: Path, sources: Sequence[Any], target: str, topics: dict[str, str],
-           extra: str = "") -> Path:  # fmt: skip
+           extra: str = "", discover: str = "") -> Path:  # fmt: skip
+    """A relay of `topics` from `sources` (failover mode: more than one, named node1, node2..)
+    with a discovery interval of 1 s; `extra` goes into [target], `discover` into [discover]."""
     text = write_config(path, source=sources[0].bootstrap, target=target, topics=topics,
+                        source_name="node1",
                         app=f'metrics_addr = ""\ngroup_id = "{unique_topic("grow")}"',
-                        extra=extra).read_text()  # fmt: skip
-    for n, node in enumerate(sources[1:], start=2):
-        text = text.replace(
-            "[source_pool]",
-            f'[[sources]]\nname = "node{n}"\nservers = ["{node.bootstrap}"]\n\n[source_pool]',
-        )
-    path.write_text(text)
+                        extra=f"{extra}\n\n{DISCOVERY}{discover}").read_text()  # fmt: skip
+    more = "".join(
+        f'[[sources]]\nname = "node{n}"\nservers = ["{node.bootstrap}"]\n\n'
+        for n, node in enumerate(sources[1:], start=2)
+    )
+    health = 'healthcheck_interval = "500ms"\nrequest_timeout = "500ms"\n'
+    path.write_text(text.replace("[source_pool]\n", f"{more}[source_pool]\n{health}"))
     return path
 
 
@@ -91,9 +94,8 @@ def test_named_and_discovered_topics_that_grow_are_relayed_from_their_start(
     for topic in (named, found):
         create_topic(src, topic, 2)
         produce(src, topic, numbered(0, 20, 2, "a"))
-    path = config(tmp_path / "c.toml", [source_broker], dst, {named: dest},
-                  f'create_topics = true\n\n{DISCOVERY}include = ["{found}"]\n'
-                  'rename = "copy.{topic}"\n')  # fmt: skip
+    path = config(tmp_path / "c.toml", [source_broker], dst, {named: dest}, "create_topics = true",
+                  f'include = ["{found}"]\nrename = "copy.{{topic}}"\n')  # fmt: skip
     relay = Background(path, failover=False)
     try:
         wait_for(lambda: copies(dst, dest) == once_each(named, [10, 10]), 60, "relayed")
@@ -112,3 +114,75 @@ def test_named_and_discovered_topics_that_grow_are_relayed_from_their_start(
     assert partitions(dst, dest) == 4 and partitions(dst, f"copy.{found}") == 4
     assert_verified(verify_once(path, spark), 120)
     print(f"\npartitions grown -> every new record relayed: {took:.1f}s (interval 1s)")
+
+
+def test_a_destination_that_cannot_grow_halts_the_new_partitions_only(
+    source_broker, target_broker, tmp_path, caplog
+):
+    """`create_topics = false`: the destination keeps 2 partitions; the source's new partition
+    halts at its start with one ERROR line naming the topic, both counts and the key, and is
+    never written elsewhere; the other partitions go on."""
+    src, dst = source_broker.bootstrap, target_broker.bootstrap
+    topic = create_topic(src, unique_topic("grow-short"), 2)
+    dest = create_topic(dst, unique_topic("grow-short-copy"), 2)
+    produce(src, topic, numbered(0, 20, 2, "a"))
+    relay = Background(config(tmp_path / "c.toml", [source_broker], dst, {topic: dest}),
+                       failover=False)  # fmt: skip
+    try:
+        wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed")
+        grow(src, {topic: 3})
+        produce(src, topic, numbered(20, 30, 3, "b"))
+        wait_for(lambda: bool(relay.relay.status.halts.all()), 15, "the new partition halted")
+        produce(src, topic, [Record(value=f"c{n}", partition=n % 2) for n in range(10)])
+        wait_for(lambda: copies(dst, dest) == once_each(topic, [25, 25]), 30, "the others")
+        time.sleep(1.5)  # another discovery interval: nothing more halts, nothing is remapped
+        assert copies(dst, dest) == once_each(topic, [25, 25])
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
+    assert partitions(dst, dest) == 2
+    (halt,) = relay.relay.status.halts.all()
+    assert (halt.route.key, halt.offset) == ((topic, 2), 0)
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"
+             and r.name.startswith("relay.") and "halted" in r.getMessage()]  # fmt: skip
+    assert len(lines) == 1, lines
+    assert f"{topic}[2] at offset 0" in lines[0]
+    assert f"destination '{dest}' has 2 partitions, fewer than the source's 3" in lines[0]
+    assert "[target].create_topics = true" in lines[0]
+
+
+def test_failover_nodes_relay_a_new_partition_once_every_node_has_it(
+    source_broker, target_broker, module_brokers, spark, tmp_path
+):
+    """Two identical nodes; node1 (active) gains the partitions first: they wait until node2
+    has them too (relayed from node1 alone, a failover to node2 could not continue them).
+    Then node1 dies: node2 continues every partition, each record once."""
+    node1, node2, dst = module_brokers("spare"), source_broker, target_broker.bootstrap
+    topic, dest = unique_topic("grow-fo"), unique_topic("grow-fo-copy")
+    for node in (node1, node2):
+        create_topic(node.bootstrap, topic, 2)
+        produce(node.bootstrap, topic, numbered(0, 20, 2, "a"))
+    create_topic(dst, dest, 2)
+    path = config(tmp_path / "c.toml", [node1, node2], dst, {topic: dest}, "create_topics = true")
+    relay = Background(path)
+    try:
+        wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed")
+        grow(node1.bootstrap, {topic: 4})
+        produce(node1.bootstrap, topic, numbered(20, 40, 4, "b"))
+        wait_for(lambda: copies(dst, dest) == once_each(topic, [20, 20]), 30, "the old ones")
+        time.sleep(2.5)  # two discovery intervals: node2 lacks partitions 2 and 3, they wait
+        assert copies(dst, dest) == once_each(topic, [20, 20]) and partitions(dst, dest) == 2
+        grow(node2.bootstrap, {topic: 4})
+        produce(node2.bootstrap, topic, numbered(20, 40, 4, "b"))
+        want = once_each(topic, [20, 20, 10, 10])
+        wait_for(lambda: copies(dst, dest) == want, 30, "the new partitions")
+        node1.kill()
+        produce(node2.bootstrap, topic, numbered(60, 40, 4, "c"))
+        want = once_each(topic, [30, 30, 20, 20])
+        wait_for(lambda: copies(dst, dest) == want, 60, "every partition after the failover")
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
+    assert relay.failovers("down") == 1 and relay.active("node2") == 1
+    assert partitions(dst, dest) == 4
+    assert_verified(verify_once(path, spark, failover=True), 100)

@@ -11,6 +11,7 @@ from relay.engine.driver.failover import (
     best_ends,
     can_serve,
     choose,
+    fewest_partitions,
     max_lag,
 )
 from relay.engine.metrics import Metrics
@@ -88,3 +89,20 @@ def test_a_node_is_asked_afresh_after_a_failed_check_and_its_gauges_follow(monke
     labels = {"node": "a", "topic": "t", "partition": "1"}
     assert end("ktm_source_node_end_offset", labels) == 9
     assert end("ktm_source_node_end_offset", {**labels, "partition": "0"}) == 5
+
+
+def test_a_topic_counts_the_partitions_every_answering_node_has(monkeypatch) -> None:
+    """A partition added to one node waits for the others; a node that came back empty (no
+    topic) or does not answer does not count."""
+    nodes = [ClusterConfig(name, (f"{name}:1",)) for name in ("a", "b", "empty", "dead")]
+    held = {"a": {"t": 4, "u": 1}, "b": {"t": 2, "u": 1}, "empty": {}}
+
+    def counts(node: ClusterConfig, timeout: float) -> dict[str, int]:
+        if node.name == "dead":
+            raise TimeoutError("no answer")
+        return held[node.name]
+
+    monkeypatch.setattr(admin, "all_partition_counts", counts)
+    assert fewest_partitions(nodes, 1.0) == {"t": 2, "u": 1}
+    held["b"]["t"] = 4
+    assert fewest_partitions(nodes, 1.0) == {"t": 4, "u": 1}
