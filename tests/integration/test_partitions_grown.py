@@ -9,6 +9,7 @@ serves every test (their topics are unique); `[discover].interval` is 1 s.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -19,19 +20,33 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions
 
+from testbed.ktm_process import Ktm, metric_total
+from testbed.ktm_process import wait_for as wait_process
+from testbed.ports import free_port
 from testbed.provenance import attributed
 from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, describe_topic, unique_topic, wait_until
+from tests.support.feeder import Feeder
 from tests.support.inprocess import Background, assert_verified, verify_once
-from tests.support.relay import write_config
+from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [pytest.mark.brokers("kafka"), pytest.mark.timeout(120)]
 
 DISCOVERY = '[discover]\ninterval = "1s"\n'
+ASSIGNED = "ktm_assigned_partitions"
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    wait_until(condition, timeout, what, every=0.3)
+def wait_for(
+    condition: Callable[[], bool], timeout: float, what: str, relay: Background | None = None
+) -> None:
+    """Until `condition`; a relay that ended meanwhile fails the test with its error."""
+
+    def met() -> bool:
+        if relay is not None and not relay.thread.is_alive():
+            raise AssertionError(f"the relay ended waiting until {what}: {relay.error!r}")
+        return condition()
+
+    wait_until(met, timeout, what, every=0.3)
 
 
 def grow(bootstrap: str, counts: dict[str, int]) -> None:
@@ -68,18 +83,23 @@ def once_each(topic: str, per_partition: Sequence[int]) -> Counter[tuple[str, in
 
 
 def config(path: Path, sources: Sequence[Any], target: str, topics: dict[str, str],
-           extra: str = "", discover: str = "") -> Path:  # fmt: skip
+           extra: str = "", discover: str = "", group: str = "",
+           metrics: str = "") -> Path:  # fmt: skip
     """A relay of `topics` from `sources` (failover mode: more than one, named node1, node2..)
     with a discovery interval of 1 s; `extra` goes into [target], `discover` into [discover]."""
+    app = f'metrics_addr = "{metrics}"\ngroup_id = "{group or unique_topic("grow")}"'
     text = write_config(path, source=sources[0].bootstrap, target=target, topics=topics,
-                        source_name="node1",
-                        app=f'metrics_addr = ""\ngroup_id = "{unique_topic("grow")}"',
+                        source_name="node1", app=app,
                         extra=f"{extra}\n\n{DISCOVERY}{discover}").read_text()  # fmt: skip
     more = "".join(
         f'[[sources]]\nname = "node{n}"\nservers = ["{node.bootstrap}"]\n\n'
         for n, node in enumerate(sources[1:], start=2)
     )
-    health = 'healthcheck_interval = "500ms"\nrequest_timeout = "500ms"\n'
+    # failover: nodes checked twice a second (the default, 3 s, would slow the failover down)
+    health = 'healthcheck_interval = "500ms"\nrequest_timeout = "500ms"\n' if more else ""
+    # a broker's first group request creates __consumer_offsets: seconds, not the 0.3 s that
+    # one retry of the shared test config waits
+    text = text.replace("max_retries = 1\n", "max_retries = 20\n")
     path.write_text(text.replace("[source_pool]\n", f"{more}[source_pool]\n{health}"))
     return path
 
@@ -98,15 +118,17 @@ def test_named_and_discovered_topics_that_grow_are_relayed_from_their_start(
                   f'include = ["{found}"]\nrename = "copy.{{topic}}"\n')  # fmt: skip
     relay = Background(path, failover=False)
     try:
-        wait_for(lambda: copies(dst, dest) == once_each(named, [10, 10]), 60, "relayed")
-        wait_for(lambda: copies(dst, f"copy.{found}") == once_each(found, [10, 10]), 30, "found")
+        wait_for(lambda: copies(dst, dest) == once_each(named, [10, 10]), 60, "relayed", relay)
+        wait_for(
+            lambda: copies(dst, f"copy.{found}") == once_each(found, [10, 10]), 30, "found", relay
+        )
         grown_at = time.monotonic()
         grow(src, {named: 4, found: 4})
         for topic in (named, found):
             produce(src, topic, numbered(20, 40, 4, "b"))
         want = [20, 20, 10, 10]
-        wait_for(lambda: copies(dst, dest) == once_each(named, want), 30, "new partitions")
-        wait_for(lambda: copies(dst, f"copy.{found}") == once_each(found, want), 30, "found")
+        wait_for(lambda: copies(dst, dest) == once_each(named, want), 30, "new partitions", relay)
+        wait_for(lambda: copies(dst, f"copy.{found}") == once_each(found, want), 30, "found", relay)
         took = time.monotonic() - grown_at
     finally:
         relay.finish()
@@ -129,12 +151,14 @@ def test_a_destination_that_cannot_grow_halts_the_new_partitions_only(
     relay = Background(config(tmp_path / "c.toml", [source_broker], dst, {topic: dest}),
                        failover=False)  # fmt: skip
     try:
-        wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed")
+        wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed", relay)
         grow(src, {topic: 3})
         produce(src, topic, numbered(20, 30, 3, "b"))
-        wait_for(lambda: bool(relay.relay.status.halts.all()), 15, "the new partition halted")
+        wait_for(
+            lambda: bool(relay.relay.status.halts.all()), 15, "the new partition halted", relay
+        )
         produce(src, topic, [Record(value=f"c{n}", partition=n % 2) for n in range(10)])
-        wait_for(lambda: copies(dst, dest) == once_each(topic, [25, 25]), 30, "the others")
+        wait_for(lambda: copies(dst, dest) == once_each(topic, [25, 25]), 30, "the others", relay)
         time.sleep(1.5)  # another discovery interval: nothing more halts, nothing is remapped
         assert copies(dst, dest) == once_each(topic, [25, 25])
     finally:
@@ -149,6 +173,54 @@ def test_a_destination_that_cannot_grow_halts_the_new_partitions_only(
     assert f"{topic}[2] at offset 0" in lines[0]
     assert f"destination '{dest}' has 2 partitions, fewer than the source's 3" in lines[0]
     assert "[target].create_topics = true" in lines[0]
+
+
+def test_two_processes_share_the_partitions_a_topic_gains_while_relaying_it(
+    source_broker, target_broker, tmp_path
+):
+    """Two `ktm relay` processes on one config, a feeder writing all along: each finds the
+    new partitions and rejoins the group with them (until both have, the leader's plan holds);
+    they end up sharing 4 partitions 2/2, and every record of every partition arrives once."""
+    src, dst = source_broker.bootstrap, target_broker.bootstrap
+    topic = create_topic(src, unique_topic("grow-many"), 2)
+    dest = create_topic(dst, unique_topic("grow-many-copy"), 2)
+    feeder = Feeder(src, topic, 2, per_batch=20, pause=0.1)
+    group, processes = unique_topic("grow-many"), []
+    for _ in range(2):
+        port = free_port()
+        path = config(tmp_path / f"c-{port}.toml", [source_broker], dst, {topic: dest},
+                      "create_topics = true", group=group, metrics=f"127.0.0.1:{port}")  # fmt: skip
+        processes.append((Ktm(tmp_path, "--config", str(path), "--no-progress"), port))
+    (a, port_a), (b, port_b) = processes
+
+    def owned() -> tuple[float | None, float | None]:
+        return metric_total(port_a, ASSIGNED), metric_total(port_b, ASSIGNED)
+
+    try:
+        wait_process(lambda: owned() == (1, 1), 120, "a 1/1 share", a)
+        wait_process(lambda: copies(dst, dest).total() > 200, 60, "records flowing", a)
+        before = feeder.stop()
+        grown_at = time.monotonic()
+        grow(src, {topic: 4})
+        feeder = Feeder(src, topic, 4, per_batch=20, pause=0.1)
+        wait_process(lambda: owned() == (2, 2), 60, "a 2/2 share of 4 partitions", a)
+        shared = time.monotonic() - grown_at
+        time.sleep(1.0)  # records flow to the new partitions under the new share
+        sent = before + feeder.stop()
+        wait_for(lambda: copies(dst, dest).total() >= sent, 60, "every record")
+        for process, _ in processes:
+            process.proc.send_signal(signal.SIGTERM)
+        for process, _ in processes:
+            run = process.wait(timeout=30)
+            assert run.returncode == 0, run.stderr
+    finally:
+        feeder.stop()
+        for process, _ in processes:
+            process.kill()
+    copied = [r for rs in read_all(dst, dest).values() for r in rs]
+    assert_exact_copy(read_all(src, topic), copied, topic)
+    assert partitions(dst, dest) == 4
+    print(f"\npartitions grown -> shared 2/2 by two processes: {shared:.1f}s (interval 1s)")
 
 
 def test_failover_nodes_relay_a_new_partition_once_every_node_has_it(
@@ -166,20 +238,20 @@ def test_failover_nodes_relay_a_new_partition_once_every_node_has_it(
     path = config(tmp_path / "c.toml", [node1, node2], dst, {topic: dest}, "create_topics = true")
     relay = Background(path)
     try:
-        wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed")
+        wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed", relay)
         grow(node1.bootstrap, {topic: 4})
         produce(node1.bootstrap, topic, numbered(20, 40, 4, "b"))
-        wait_for(lambda: copies(dst, dest) == once_each(topic, [20, 20]), 30, "the old ones")
+        wait_for(lambda: copies(dst, dest) == once_each(topic, [20, 20]), 30, "the old ones", relay)
         time.sleep(2.5)  # two discovery intervals: node2 lacks partitions 2 and 3, they wait
         assert copies(dst, dest) == once_each(topic, [20, 20]) and partitions(dst, dest) == 2
         grow(node2.bootstrap, {topic: 4})
         produce(node2.bootstrap, topic, numbered(20, 40, 4, "b"))
         want = once_each(topic, [20, 20, 10, 10])
-        wait_for(lambda: copies(dst, dest) == want, 30, "the new partitions")
+        wait_for(lambda: copies(dst, dest) == want, 30, "the new partitions", relay)
         node1.kill()
         produce(node2.bootstrap, topic, numbered(60, 40, 4, "c"))
         want = once_each(topic, [30, 30, 20, 20])
-        wait_for(lambda: copies(dst, dest) == want, 60, "every partition after the failover")
+        wait_for(lambda: copies(dst, dest) == want, 60, "every partition after the failover", relay)
     finally:
         relay.finish()
     assert relay.error is None, relay.error

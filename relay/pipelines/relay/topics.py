@@ -232,14 +232,25 @@ class Topics:
             except Exception as exc:
                 if not isinstance(exc, admin.Unsupported) and is_retriable(exc):
                     raise  # while running: asked again at the next interval
-                # refused for good (a policy, an ACL, another process grew it first): the
-                # partitions it lacks are refused at start, halted while running
+                if self._grown_by_another(dest, wanted):
+                    continue
+                # refused for good (a policy, an ACL, no CreatePartitions): the partitions it
+                # lacks are refused at start, halted while running
                 self._once(f"grow {dest}", f"destination {dest} keeps {has} partitions, fewer "
                            f"than the {wanted} its source has: {exc}")  # fmt: skip
                 continue
             log.info("destination topic %s grown from %d to %d partitions", dest, has, wanted)
             grown.append((dest, has, wanted))
         return tuple(grown)
+
+    def _grown_by_another(self, dest: str, wanted: int) -> bool:
+        """Another ktm process on the config grew it first (Kafka: InvalidPartitionsError)."""
+        try:
+            now = admin.partition_counts(self.target.cluster, {dest}, self.timeout)
+        except Exception as exc:  # noqa: BLE001 - the refusal is what is reported
+            log.debug("reading %s's partitions again: %s", dest, exc)
+            return False
+        return now.get(dest, 0) >= wanted
 
     def _once(self, key: str, line: str) -> None:
         if key not in self._said:
