@@ -310,3 +310,18 @@ def test_a_destination_the_target_refuses_to_grow_is_logged_once_and_short(monke
 
 class PolicyRefused(Exception):
     retriable = False
+
+
+def test_a_destination_another_process_grew_first_is_no_refusal(monkeypatch, caplog):
+    fake = FakeAdmin({"orders": 4}, {"copy": 2}, {})
+
+    def another_was_first(cluster: Any, counts: dict, timeout: float) -> None:
+        fake.target.update(counts)  # as Kafka answers the second CreatePartitions
+        raise PolicyRefused("InvalidPartitionsError: Topic already has 4 partitions.")
+
+    fake.grow_partitions = another_was_first
+    topics = manager(monkeypatch, fake, named=(TopicRoute("orders", "copy"),))
+    with caplog.at_level(logging.WARNING):
+        found = topics.new_partitions({("orders", 0), ("orders", 1)})
+    assert [r.key for r in found.routes] == [("orders", 2), ("orders", 3)] and found.short == []
+    assert not [r for r in caplog.records if "keeps" in r.getMessage()]
