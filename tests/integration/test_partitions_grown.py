@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.brokers("kafka"), pytest.mark.timeout(120)]
 
 DISCOVERY = '[discover]\ninterval = "1s"\n'
 ASSIGNED = "ktm_assigned_partitions"
+FILTER = Path(__file__).parent / "filter_files" / "drop_marked.py"
 
 
 def wait_for(
@@ -107,15 +108,18 @@ def config(path: Path, sources: Sequence[Any], target: str, topics: dict[str, st
 def test_named_and_discovered_topics_that_grow_are_relayed_from_their_start(
     source_broker, target_broker, spark, tmp_path
 ):
-    """Single mode: a `[topics]` route and a `[discover]` one, both 2 -> 4 partitions."""
+    """Single mode: a `[topics]` route and a `[discover]` one, both 2 -> 4 partitions, through
+    a filter (the record path)."""
     src, dst = source_broker.bootstrap, target_broker.bootstrap
     named, found = unique_topic("grow-named"), unique_topic("grow-found")
     dest = create_topic(dst, unique_topic("grow-named-copy"), 2)
     for topic in (named, found):
         create_topic(src, topic, 2)
         produce(src, topic, numbered(0, 20, 2, "a"))
+    # a filter that keeps every record: the record path (the other tests: the batch path)
+    keep = f'\n[filters.keep]\npath = "{FILTER}"\nconfig = {{ id = "keep", marker = "never" }}\n'
     path = config(tmp_path / "c.toml", [source_broker], dst, {named: dest}, "create_topics = true",
-                  f'include = ["{found}"]\nrename = "copy.{{topic}}"\n')  # fmt: skip
+                  f'include = ["{found}"]\nrename = "copy.{{topic}}"\n{keep}')  # fmt: skip
     relay = Background(path, failover=False)
     try:
         wait_for(lambda: copies(dst, dest) == once_each(named, [10, 10]), 60, "relayed", relay)
