@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# the record path stamps it (relay.engine.executor.writers); one name for both forms
+# the record path stamps it (relay.pipelines.kafka_target); one name for both forms
 from relay.batches.provenance import PROVENANCE_HEADER as PROVENANCE_HEADER
 from relay.filters import FilterSpec
 

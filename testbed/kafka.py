@@ -14,6 +14,10 @@ settings that differ from a stock broker are in `TEST_SETTINGS`, each with its r
 else (group.min.session.timeout.ms, the timestamp limits, auto topic creation) is stock, since
 those are what users meet. Like `testbed.tansu`, this module uses kafka-python directly, never
 the code under test.
+
+`KafkaCluster(..., secure=True)` adds SASL_PLAINTEXT, SSL (a client certificate required) and
+SASL_SSL listeners beside PLAINTEXT, which inter-broker traffic and the tests' own tools keep
+using: see `SECURE_LISTENERS`, `address(listener)`, `certs` and `user(mechanism, who)`.
 """
 
 from __future__ import annotations
@@ -33,12 +37,15 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from testbed.ports import free_port
+
+if TYPE_CHECKING:
+    from testbed.tls_proxy import TestCerts
 
 VERSIONS = {"4": "4.4.0", "3.9": "3.9.2"}  # the newest 4.x and 3.9.x that resolve
 CACHE_ENV = "KTM_KAFKA_CACHE"
@@ -63,6 +70,19 @@ JVM_HEAP = ("-Xms128m", "-Xmx768m")
 # Start-up matters more than peak speed for the tests: the client compiler alone starts sooner.
 # The benchmarks start their brokers with `quick_jit=False`.
 QUICK_JIT = ("-XX:TieredStopAtLevel=1",)
+
+# The listeners a `secure` cluster adds beside PLAINTEXT (kept for inter-broker traffic and the
+# tests' own tools). SSL asks for a client certificate (mutual TLS); SASL_SSL does not.
+SECURE_LISTENERS = ("SASL_PLAINTEXT", "SSL", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# What each SASL listener enables: SASL_SSL leaves SCRAM-SHA-256 out, so a test can meet "a
+# mechanism the listener does not enable".
+LISTENER_MECHANISMS = {
+    "SASL_PLAINTEXT": SASL_MECHANISMS,
+    "SASL_SSL": ("PLAIN", "SCRAM-SHA-512"),
+}
+# Two users per mechanism: a source and a target log in with different credentials.
+SECURE_USERS = ("src", "dst")
 
 _LOG4J = """\
 log4j.rootLogger=INFO, file
@@ -194,6 +214,9 @@ class KafkaNode:
         self.node_id = node_id
         self.port = free_port()
         self.controller_port = free_port()
+        self.secure_ports = (
+            {name: free_port() for name in SECURE_LISTENERS} if cluster.secure else {}
+        )
         self.home = cluster.home / f"node-{node_id}"
         self.data = self.home / "data"
         self.log_path = self.home / "server.log"
@@ -207,6 +230,11 @@ class KafkaNode:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def address(self, listener: str = "PLAINTEXT") -> str:
+        """host:port of one of this node's listeners (PLAINTEXT, or one of SECURE_LISTENERS)."""
+        port = self.port if listener == "PLAINTEXT" else self.secure_ports[listener]
+        return f"127.0.0.1:{port}"
+
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
@@ -219,14 +247,17 @@ class KafkaNode:
         cluster = self.cluster
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)
         size = len(cluster.nodes)
+        names = ["PLAINTEXT", *self.secure_ports]
+        advertised = ",".join(f"{name}://{self.address(name)}" for name in names)
+        protocols = ",".join(f"{name}:{name}" for name in names)
         return {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+            "listeners": f"{advertised},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": f"{protocols},CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.data),
             "offsets.topic.replication.factor": str(size),
@@ -235,6 +266,7 @@ class KafkaNode:
             "default.replication.factor": str(size),
             "min.insync.replicas": str(min(2, size)),
             **TEST_SETTINGS,
+            **(cluster.security_properties() if cluster.secure else {}),
             **cluster.settings,
         }  # fmt: skip
 
@@ -258,7 +290,8 @@ class KafkaNode:
         config = self._write_config()
         run = subprocess.run(
             self._java("kafka.tools.StorageTool", "format",
-                       f"--cluster-id={self.cluster.cluster_id}", f"--config={config}"),
+                       f"--cluster-id={self.cluster.cluster_id}", f"--config={config}",
+                       *self.cluster.scram_arguments()),
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         if run.returncode != 0:
@@ -338,6 +371,7 @@ class KafkaCluster:
         log_dir: Path | None = None,
         settings: Mapping[str, str] | None = None,
         quick_jit: bool = True,
+        secure: bool = False,
     ):
         self.name = name
         self.version = version
@@ -345,6 +379,11 @@ class KafkaCluster:
         self.home = Path(tempfile.mkdtemp(prefix=f"ktm-kafka-{name}-", dir=log_dir))
         self.settings = dict(settings or {})
         self.quick_jit = quick_jit
+        self.secure = secure
+        self.certs: TestCerts | None = None
+        self.users: dict[str, dict[str, str]] = {}
+        if secure:
+            self._make_credentials()
         self.cluster_id = _cluster_id()
         self.nodes: list[KafkaNode] = []
         self.nodes = [KafkaNode(self, node_id) for node_id in range(1, size + 1)]
@@ -357,9 +396,72 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(node.bootstrap for node in self.nodes)
 
+    def address(self, listener: str = "PLAINTEXT") -> str:
+        """The bootstrap of one listener kind on every node (`secure` clusters: SECURE_LISTENERS
+        beside PLAINTEXT)."""
+        return ",".join(node.address(listener) for node in self.nodes)
+
     @property
     def is_running(self) -> bool:
         return any(node.is_running for node in self.nodes)
+
+    # --- secure listeners ----------------------------------------------------------------------
+
+    def _make_credentials(self) -> None:
+        """A test CA with a server certificate for 127.0.0.1 and a client certificate, and two
+        users per SASL mechanism, each with its own random password."""
+        from testbed.tls_proxy import make_ca  # openssl; pytest-skips the caller without it
+
+        self.certs = make_ca(self.home / "tls", name=f"ktm-test-ca-{self.name}")
+        keystore = self.home / "tls" / "server-keystore.pem"
+        keystore.write_text(self.certs.server_key.read_text() + self.certs.server_cert.read_text())
+        self.keystore = keystore
+        self.users = {
+            mechanism: {
+                f"{mechanism.lower()}-{who}": f"pw-{who}-{uuid.uuid4().hex[:16]}"
+                for who in SECURE_USERS
+            }
+            for mechanism in SASL_MECHANISMS
+        }
+
+    def user(self, mechanism: str, who: str = "src") -> tuple[str, str]:
+        """(username, password) of one of the two users (`who`: src or dst) of `mechanism`."""
+        name = f"{mechanism.lower()}-{who}"
+        return name, self.users[mechanism][name]
+
+    def scram_arguments(self) -> list[str]:
+        """StorageTool's --add-scram for every SCRAM user: they exist from the first start."""
+        return [
+            f"--add-scram={mechanism}=[name={name},password={password}]"
+            for mechanism, users in self.users.items()
+            if mechanism.startswith("SCRAM")
+            for name, password in users.items()
+        ]
+
+    def security_properties(self) -> dict[str, str]:
+        """The broker properties of the secure listeners: TLS from PEM files, SASL per
+        listener (PLAIN users in the JAAS config, SCRAM users in the metadata log)."""
+        assert self.certs is not None
+        plain = " ".join(f'user_{name}="{pw}"' for name, pw in self.users["PLAIN"].items())
+        props = {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.certs.ca_cert),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+        }
+        for listener, mechanisms in LISTENER_MECHANISMS.items():
+            prefix = f"listener.name.{listener.lower()}"
+            props[f"{prefix}.sasl.enabled.mechanisms"] = ",".join(mechanisms)
+            for mechanism in mechanisms:
+                module = (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain};"
+                    if mechanism == "PLAIN"
+                    else "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
+                props[f"{prefix}.{mechanism.lower()}.sasl.jaas.config"] = module
+        return props
 
     @property
     def pid(self) -> int | None:

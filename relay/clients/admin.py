@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import socket
-import ssl
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -38,6 +36,7 @@ from kafka.structs import OffsetAndMetadata
 from relay import internals
 from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.kept import kept
+from relay.clients.login import check_login, login_problem
 from relay.clients.settings import (  # noqa: F401
     client_settings,
     describe,
@@ -45,7 +44,6 @@ from relay.clients.settings import (  # noqa: F401
     never_create_topics,
 )
 from relay.config import ClusterConfig
-from relay.errors import KafkaSetupError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +53,7 @@ def admin_client(cluster: ClusterConfig, timeout: float = 10.0) -> Iterator[Kafk
     """An admin client (kept open across calls inside `relay.clients.kept.keep_clients`)."""
 
     def make() -> KafkaAdminClient:
+        check_login(cluster, timeout)
         try:
             return never_create_topics(KafkaAdminClient(**client_settings(cluster, timeout)))
         except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
@@ -75,6 +74,7 @@ def probe_consumer(
     """
 
     def make() -> KafkaConsumer:
+        check_login(cluster, timeout)
         try:
             consumer = KafkaConsumer(
                 **client_settings(cluster, timeout),
@@ -105,35 +105,15 @@ def supported(what: str) -> Iterator[None]:
         raise Unsupported(f"the broker does not implement {what} ({exc})") from exc
 
 
-class TLSHandshakeError(KafkaSetupError):
-    """The broker answered but TLS failed (certificate, CA, protocol): retrying cannot help."""
-
-
 def _unreachable(cluster: ClusterConfig, timeout: float) -> Exception:
-    """Why bootstrap failed. kafka-python only times out (it logs the cause); a TLS failure is
-    not worth retrying and its reason is what the operator needs, so look for it."""
-    if cluster.tls:
-        problem = tls_problem(cluster, timeout)
+    """Why bootstrap failed. kafka-python only times out (it logs the cause); a refused TLS
+    handshake or SASL login is not worth retrying, and its reason is what the operator needs:
+    a ConfigError naming the key (relay/clients/login.py)."""
+    if cluster.tls or cluster.sasl_mechanism:
+        problem = login_problem(cluster, timeout)
         if problem is not None:
-            return TLSHandshakeError(problem)
+            return problem
     return ConnectionError(f"no broker answered within {timeout:g}s")
-
-
-def tls_problem(cluster: ClusterConfig, timeout: float) -> str | None:
-    """One TLS handshake with the first server, as kafka-python would make it."""
-    host, _, port = cluster.servers[0].rpartition(":")
-    context = ssl.create_default_context(cafile=cluster.ca_cert_path)
-    if cluster.client_cert_path:
-        context.load_cert_chain(cluster.client_cert_path, cluster.client_key_path)
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as raw:
-            with context.wrap_socket(raw, server_hostname=host) as tls:
-                tls.do_handshake()
-    except ssl.SSLError as exc:
-        return f"TLS handshake with {host}:{port} failed: {exc.reason or exc}"
-    except OSError:
-        return None  # not a TLS problem: the caller reports the connection failure
-    return None
 
 
 def partition_counts(

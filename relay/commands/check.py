@@ -42,6 +42,7 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
     with relay:
         relay.prepare()
         groups = pipeline.group_plan()
+        acls, configs = pipeline.acl_plan(), pipeline.config_plan()
     snap = relay.status.snapshot()
     isolation = cfg.source_pool.isolation_level
     click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node} ({isolation})")
@@ -55,6 +56,8 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
     click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
     failed = _fetch_report(cfg, pipeline.pool.active, snap.rows)
     _groups_report(cfg, groups)
+    _acls_report(acls)
+    _configs_report(configs)
     target = cfg.need_target()
     group = f"{cfg.app.group_id}.relay"
     click.echo(members_line(target.cluster, target.request_timeout, group))
@@ -122,6 +125,32 @@ def _groups_report(cfg: Config, groups: list[Any]) -> None:
                 else f"the target has {part.before}"
             )  # fmt: skip
             click.echo(f"    {sources} -> {dest}@{part.offset} ({state}; end {part.end})")
+
+
+def _acls_report(plan: Any) -> None:
+    """The topic ACLs [acls] would create on the target now."""
+    if plan is None:
+        return
+    if plan.unavailable:
+        click.echo(f"[acls] copies no ACL: {plan.unavailable}")
+        return
+    click.echo(f"[acls] would create {len(plan.create)} ACL(s) on the target "
+               f"({plan.present} copied already)")  # fmt: skip
+    for acl, copy in plan.create:
+        click.echo(f"  would create {copy} (source: {acl})")
+    for principal in plan.unknown_principals:
+        click.echo(f"  {principal} is a SCRAM user on the source, not on the target")
+
+
+def _configs_report(changes: Any) -> None:
+    """The config changes [target].config_sync would make now."""
+    if changes is None:
+        return
+    click.echo(f"[target].config_sync would change {len(changes)} destination topic(s)")
+    for dest, change in sorted(changes.items()):
+        shown = ", ".join(f"{n}={v}" if v is not None else f"{n} deleted (default)"
+                          for n, v in sorted(change.items()))  # fmt: skip
+        click.echo(f"  would change {dest}: {shown}")
 
 
 def _store_report(cfg: Config) -> None:

@@ -10,6 +10,7 @@ default and checks sit on one line; `_build` reads a whole table that way.
 
 from relay.config.load import load_config
 from relay.config.model import (
+    AclsConfig,
     AppConfig,
     ClusterConfig,
     Config,
@@ -37,6 +38,7 @@ from relay.config.readers import (
 )
 
 __all__ = [
+    "AclsConfig",
     "COMPRESSIONS",
     "LOG_LEVELS",
     "ON_ERROR",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relay.config.model import (
+    AclsConfig,
     AppConfig,
     ClusterConfig,
     Config,
@@ -75,6 +76,7 @@ def load_config(
         topics=_topics(doc, discover),
         discover=discover,
         groups=_build(GroupsConfig, doc.sub("groups")),
+        acls=_build(AclsConfig, doc.sub("acls")),
         sources=sources,
         source_pool=source_pool,
         target=_target(doc.sub("target")) if "target" in doc.mapping else None,
@@ -191,7 +193,7 @@ def _check_backoff(t: _Table, low: float, high: float) -> None:
 
 def _cluster(t: _Table, **given: Any) -> ClusterConfig:
     """Reads the connection keys and checks the ones that go together; the caller finishes `t`."""
-    cluster = _build(ClusterConfig, t, finish=False, **given)
+    cluster = _build(ClusterConfig, t, finish=False, section=t.path, **given)
     if cluster.sasl_mechanism:
         for key in ("username", "password"):
             if getattr(cluster, key) is None:

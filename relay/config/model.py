@@ -64,6 +64,13 @@ class ClusterConfig:
     # How its records are read: a [[sources]] cluster takes [source_pool].isolation_level; any
     # other (the target, a destination read back) is read whole: ktm writes no transactions.
     isolation_level: str = "read_uncommitted"
+    # Its table in the config ("[target]", "[[sources]][1]"): errors name its keys. Where a
+    # cluster is written is not what it is: not compared.
+    section: str = field(default="", compare=False)
+
+    def key(self, name: str) -> str:
+        """How an error names one of its config keys: `[target].password`."""
+        return f"{self.section or self.name}.{name}"
 
     @property
     def read_committed(self) -> bool:
@@ -250,6 +257,12 @@ class TargetConfig:
     config_exclude: tuple[str, ...] = field(
         default=CONFIG_EXCLUDE, metadata=_reads(_optional_names)
     )
+    # Keep those configs of every destination topic in step with its source topic while
+    # relaying (set, changed, deleted back to the default), every config_sync_interval. Off by
+    # default: unlike MirrorMaker 2's own "source.topic" copies, a destination may be a topic
+    # the target's owners configure (relay.pipelines.relay.config_sync).
+    config_sync: bool = field(default=False, metadata=_reads(_bool))
+    config_sync_interval: float = field(default=60.0, metadata=_reads(_duration, minimum=1.0))
 
 
 @dataclass(frozen=True)
@@ -266,6 +279,18 @@ class DiscoverConfig:
     # Active/active: source topics named with this prefix are copies of the target's own topics
     # (the other relay of the pair names them so) and are never relayed back.
     from_target_prefix: str = field(default="", metadata=_reads(_prefix))
+
+
+@dataclass(frozen=True)
+class AclsConfig:
+    """`[acls]`: the source's topic ACLs copied to the destination topics while relaying, as
+    MirrorMaker 2 copies them (relay.pipelines.relay.acl_sync has the rules). Off by default:
+    granting permissions on the target is the operator's decision."""
+
+    sync: bool = field(default=False, metadata=_reads(_bool))
+    interval: float = field(default=60.0, metadata=_reads(_duration, minimum=1.0))
+    principals: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))  # [] = all
+    exclude: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))  # principals
 
 
 @dataclass(frozen=True)
@@ -348,6 +373,7 @@ class Config:
     store: StoreConfig | None = None
     discover: DiscoverConfig = DiscoverConfig()
     groups: GroupsConfig = GroupsConfig()
+    acls: AclsConfig = AclsConfig()
     limits: LimitsConfig = LimitsConfig()
     verify: VerifyConfig = VerifyConfig()
 

@@ -25,7 +25,7 @@ ON_MISMATCH = ("stop", "continue")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 TOP_LEVEL_KEYS = (
     "app", "spark", "topics", "discover", "groups", "sources", "source_pool", "target",
-    "filters", "store", "limits", "verify",
+    "filters", "store", "limits", "verify", "acls",
 )  # fmt: skip
 DISCOVER_STARTS = ("beginning", "end")
 # The topic configs MirrorMaker 2 never copies (its DefaultConfigPropertyFilter): they describe

@@ -207,6 +207,7 @@ class Metrics:
             registry=r,
         )
         self._topic_and_group_metrics(r)
+        self._acl_and_config_metrics(r)
         self._verify_metrics(r)
 
     def _topic_and_group_metrics(self, r: CollectorRegistry) -> None:
@@ -248,6 +249,26 @@ class Metrics:
             "1 while a carried group is active on the target, either protocol (ktm then "
             "commits nothing for it)",
             ("group",),
+            registry=r,
+        )
+
+    def _acl_and_config_metrics(self, r: CollectorRegistry) -> None:
+        """Topic ACLs copied ([acls]) and topic configs kept in step ([target].config_sync)."""
+        self.acls_created = Counter(
+            "ktm_acls_created", "Topic ACLs ktm created on the target, copied from the source",
+            registry=r,
+        )  # fmt: skip
+        self.acl_failures = Counter(
+            "ktm_acl_failures", "Topic ACLs the target refused to create", registry=r
+        )
+        self.topic_configs_altered = Counter(
+            "ktm_topic_configs_altered",
+            "Configs of destination topics set or deleted to keep them in step with the source",
+            registry=r,
+        )
+        self.topic_config_failures = Counter(
+            "ktm_topic_config_failures",
+            "Config changes of destination topics the target refused",
             registry=r,
         )
 

@@ -3,7 +3,7 @@ Apache Kafka 4.4 cluster started here (replication factor 3, min.insync.replicas
 testbed's settings for three nodes; full JIT, warmed like the bench's brokers), once undisturbed
 and once while that cluster is restarted node by node as an operator upgrades it: a controlled
 shutdown, a start, every replica back in sync before the next node (`KafkaCluster.
-rolling_restart`'s steps, done here one node at a time, timed). The restart begins once the first
+restart_node`, one node at a time, timed). The restart begins once the first
 copied record is in the destination. Both copies are checked record by record."""
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from scripts.bench.measure_copy import run_timeout
 from scripts.bench.options import Options
 from scripts.bench.processes import Finished
 from scripts.bench.report import Table
-from testbed.kafka import KafkaCluster, KafkaNode
+from testbed.kafka import KafkaCluster
 
 UNDER_WAY_TIMEOUT_S = 300.0
 UNDER_WAY_EVERY_S = 0.05
-IN_SYNC_TIMEOUT_S = 90.0  # testbed.kafka.START_TIMEOUT
 CASES = ("undisturbed", "rolling restart")
 
 
@@ -115,37 +114,8 @@ def roll(trio: KafkaCluster, target: str, data: Dataset, ktm: Ktm, run: RollingR
     run.restart_at = began - ktm.started
     for node in trio.nodes:
         run.restarted_during += ktm.alive()
-        restart_node(trio, node)
+        trio.restart_node(node.node_id)
     run.restart_seconds = time.monotonic() - began
-
-
-def restart_node(trio: KafkaCluster, node: KafkaNode) -> None:
-    """`KafkaCluster.restart_node`'s steps: a controlled shutdown, a start, every broker back
-    and every replica in sync. Its own wait for the replicas is not used: testbed.kafka's
-    `under_replicated` reads a topic's name as t["topic"], which kafka-python's
-    describe_topics() calls "name", so it raises KeyError whenever a partition is behind."""
-    node.stop()
-    node.launch()
-    trio.wait_ready()
-    deadline = time.monotonic() + IN_SYNC_TIMEOUT_S
-    while behind := under_replicated(trio):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{trio!r}: {len(behind)} partitions under-replicated")
-        time.sleep(0.2)
-
-
-def under_replicated(trio: KafkaCluster) -> list[tuple[str, int]]:
-    admin = trio.admin()
-    try:
-        described = admin.describe_topics()
-    finally:
-        admin.close()
-    return [
-        (t["name"], p["partition_index"])
-        for t in described
-        for p in t["partitions"]
-        if len(p["isr_nodes"]) < len(p["replica_nodes"])
-    ]
 
 
 def judge(bench: Bench, data: Dataset, target: str, run: RollingRun) -> str:

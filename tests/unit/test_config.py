@@ -14,6 +14,7 @@ import pytest
 import tomli
 
 from relay.config import (
+    AclsConfig,
     AppConfig,
     ClusterConfig,
     Config,
@@ -374,6 +375,7 @@ def test_sample_documents_every_key(tmp_path: Path) -> None:
     assert set(doc["store"]) == names(StoreConfig)
     assert set(doc["limits"]) == names(LimitsConfig)
     assert set(doc["verify"]) == names(VerifyConfig)
+    assert set(doc["acls"]) == names(AclsConfig)
 
 
 # Durations, topics, small parsers
@@ -958,6 +960,42 @@ ERRORS = [
         '[groups]\ninterval = "100ms"',
         ["[groups].interval: expected a duration >= 0.5s"],
         id="groups-interval",
+    ),
+    pytest.param(
+        "extra",
+        "[acls]\nsync = 1",
+        ["[acls].sync: expected true or false, got 1"],
+        id="acls-sync",
+    ),
+    pytest.param(
+        "extra",
+        '[acls]\ninterval = "500ms"',
+        ['[acls].interval: expected a duration >= 1s, got "500ms"'],
+        id="acls-interval",
+    ),
+    pytest.param(
+        "extra",
+        '[acls]\nprincipals = ["User:(alice"]',
+        ['[acls].principals: item 1 "User:(alice" is not a regex'],
+        id="acls-principals",
+    ),
+    pytest.param(
+        "extra",
+        '[acls]\nexclude = "User:bob"',
+        ['[acls].exclude: expected a list of non-empty strings, got "User:bob"'],
+        id="acls-exclude",
+    ),
+    pytest.param(
+        "target+",
+        'config_sync = "yes"',
+        ['[target].config_sync: expected true or false, got "yes"'],
+        id="config-sync",
+    ),
+    pytest.param(
+        "target+",
+        'config_sync_interval = "0s"',
+        ['[target].config_sync_interval: expected a duration >= 1s, got "0s"'],
+        id="config-sync-interval",
     ),
     pytest.param(
         "target+",

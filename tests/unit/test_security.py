@@ -12,6 +12,7 @@ import json
 import logging
 import signal
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -454,3 +455,59 @@ def test_debug_run_that_cannot_connect_never_logs_the_password(
     assert len(errors) == 1 and closed in errors[0], result.stderr
     assert PASSWORD not in output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+# --- the hand-made login (relay/clients/login.py) ---------------------------------------------
+
+
+class _ScramServer:
+    """The server's side of RFC 7677's SCRAM-SHA-256 example (user "user", password "pencil")."""
+
+    FIRST = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+
+    def __init__(self) -> None:
+        self.tokens: list[bytes] = []
+
+    def sasl_authenticate(self, token: bytes) -> bytes:
+        self.tokens.append(token)
+        return self.FIRST.encode() if len(self.tokens) == 1 else b"v=..."
+
+
+def test_the_scram_login_computes_rfc_7677s_proof(monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay.clients import login
+
+    monkeypatch.setattr(login.secrets, "token_urlsafe", lambda size: "rOprNGfwEbeRWgbNEkqO")
+    server = _ScramServer()
+
+    login._scram(server, "SCRAM-SHA-256", "user", "pencil")  # type: ignore[arg-type]
+
+    assert server.tokens == [
+        b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO",
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=",
+    ]
+
+
+def test_no_login_is_made_for_a_plaintext_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_login before each first client: nothing to check without TLS or SASL (no socket
+    is opened: the address does not exist)."""
+    from relay.clients import login
+    from relay.config import ClusterConfig
+
+    monkeypatch.setattr(login, "_login", lambda *a: pytest.fail("logged in to a plain cluster"))
+    login.check_login(ClusterConfig("src", ("nowhere.invalid:9092",)), 1.0)
+
+
+def test_no_server_taking_a_connection_is_a_connection_error_at_once() -> None:
+    """Retriable, and without waiting for kafka-python's bootstrap timeout as well."""
+    from relay.clients import login
+    from relay.config import ClusterConfig
+
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens there
+    cluster = ClusterConfig("src", (closed, closed), sasl_mechanism="PLAIN", username=USERNAME,
+                            password=Secret(PASSWORD), section="[[sources]][1]")  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match="no broker answered"):
+        login.check_login(cluster, 5.0)
+    assert time.monotonic() - started < 1.0
+    assert login.login_problem(cluster, 5.0) is None

@@ -21,6 +21,7 @@ from relay.clients.kept import ClientCache
 from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig, SourcePoolConfig
 from relay.engine.metrics import Metrics, per_topic
+from relay.errors import ConfigError
 from relay.spec import SourcePartition
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class NodeMonitor:
         # admin.real_end_offsets), forgotten when it does not answer: a node that restarts
         # empty and fills up again must be asked afresh.
         self._ends: dict[str, admin.EndMemo] = {n.name: {} for n in self.nodes}
+        self._refusals: dict[str, str] = {}  # node -> the refused login last said
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ktm-monitor", daemon=True)
@@ -174,6 +176,12 @@ class NodeMonitor:
     def _answer(self, node: ClusterConfig, answers: dict[str, NodeView | BaseException]) -> None:
         try:
             answers[node.name] = self._check(node)
+        except ConfigError as exc:  # a refused login (relay/clients/login.py): down for good
+            if self._refusals.get(node.name) != str(exc):
+                self._refusals[node.name] = str(exc)
+                log.error("source node %s cannot be used until its config is fixed: %s",
+                          node.name, exc)  # fmt: skip
+            answers[node.name] = exc
         except Exception as exc:  # noqa: BLE001 - any failure means: down
             answers[node.name] = exc
 
@@ -356,19 +364,24 @@ def first_answering(
 
 def fewest_partitions(nodes: Sequence[ClusterConfig], timeout: float) -> dict[str, int]:
     """Each topic's partition count on the node that has the fewest, among those that answer
-    (see SourcePool.topic_counts); a node that fails for a retriable reason is passed over."""
+    (see SourcePool.topic_counts). A node that fails for a retriable reason, or refuses ktm's
+    login (the monitor says so, and never uses it), is passed over; none answering raises."""
     counts: dict[str, int] = {}
-    errors = []
+    errors: list[Exception] = []
     for node in nodes:
         try:
             found = admin.all_partition_counts(node, timeout)
         except Exception as exc:
-            if not is_retriable(exc):
+            if not is_retriable(exc) and not isinstance(exc, ConfigError):
                 raise
-            errors.append(f"{describe(node)}: {exc}")
+            errors.append(exc)
             continue
         for topic, count in found.items():
             counts[topic] = min(count, counts.get(topic, count))
     if len(errors) == len(nodes):
-        raise ConnectionError("no source node answered: " + "; ".join(errors))
+        refused = [exc for exc in errors if isinstance(exc, ConfigError)]
+        if refused:
+            raise refused[0]
+        whys = "; ".join(f"{describe(n)}: {e}" for n, e in zip(nodes, errors, strict=True))
+        raise ConnectionError("no source node answered: " + whys)
     return counts

@@ -180,8 +180,6 @@ class Startup:
             for attempt in retrying(lambda _: policy, is_retriable, self.stop, self.metrics):
                 with attempt:
                     return fn()
-        except admin.TLSHandshakeError as exc:
-            raise KafkaSetupError(f"{where}: {exc}") from exc
         except KtmError:
             raise
         except Exception as exc:

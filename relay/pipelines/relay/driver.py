@@ -3,7 +3,9 @@
 Besides the records it keeps up with the source while running: new topics matched by
 `[discover]` and partitions added to a source topic are found every `[discover].interval`
 (relay.pipelines.relay.topics) and handed to the runner between rounds (`changes`), and the
-consumer groups of `[groups]` are carried over (relay.pipelines.relay.group_sync).
+consumer groups of `[groups]` are carried over (relay.pipelines.relay.group_sync), topic ACLs
+copied (`[acls]`, relay.pipelines.relay.acl_sync) and topic configs kept in step
+(`[target].config_sync`, relay.pipelines.relay.config_sync).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from relay.config import Config
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Plan
+from relay.pipelines.relay.acl_sync import AclPlan, AclSync
+from relay.pipelines.relay.chores import Periodic
+from relay.pipelines.relay.config_sync import Changes, ConfigSync
 from relay.pipelines.relay.executor import RelaySides
 from relay.pipelines.relay.group_sync import GroupResult, GroupSync
 from relay.pipelines.relay.spec import RelayTask
@@ -58,6 +63,16 @@ class RelayPipeline(FromSources):
         self.topic_plan: TopicPlan | None = None
         self.groups = GroupSync(cfg, lambda: self.pool.active, lambda: self.routes,
                                 self._progress, self._may_sync, metrics)  # fmt: skip
+        self.acls = AclSync(cfg, lambda: self.pool.active, self._topic_pairs, self._may_sync,
+                            metrics)  # fmt: skip
+        self.configs = ConfigSync(cfg, lambda: self.pool.active, self._topic_pairs,
+                                  self._may_sync, metrics)  # fmt: skip
+        self._chores: list[Periodic] = []  # started by the first tick
+        if cfg.acls.sync:
+            self._chores.append(Periodic("ACL sync", cfg.acls.interval, self.acls.sync_once))
+        if self.target.config_sync:
+            self._chores.append(Periodic("topic config sync", self.target.config_sync_interval,
+                                         self.configs.sync_once))  # fmt: skip
         self._found_plan: Plan | None = None  # partitions found, not yet handed over
         self._short: set[SourcePartition] = set()  # found, but the destination lacks them
         self._lock = threading.Lock()
@@ -156,6 +171,8 @@ class RelayPipeline(FromSources):
             self._discovery.start()
         if self.cfg.groups.include:
             self.groups.start()
+        for chore in self._chores:
+            chore.start()
 
     def has_changes(self) -> bool:
         return self._found_plan is not None
@@ -175,11 +192,21 @@ class RelayPipeline(FromSources):
         """What a sync would commit now (ktm check)."""
         return self.groups.translate(commit=False) if self.cfg.groups.include else []
 
+    def acl_plan(self) -> AclPlan | None:
+        """The ACLs a sync would create now (ktm check); None without [acls].sync."""
+        return self.acls.plan() if self.cfg.acls.sync else None
+
+    def config_plan(self) -> Changes | None:
+        """The config changes a sync would make now (ktm check); None without config_sync."""
+        return self.configs.plan() if self.cfg.need_target().config_sync else None
+
     def close(self) -> None:
         """The chores stop at their next wait; one busy with a cluster that does not answer is
         left to end by itself (daemon threads) rather than hold the stop up."""
         self._stopping.set()
         self.groups.close()
+        for chore in self._chores:
+            chore.close()
         if self._discovery.is_alive():
             self._discovery.join(timeout=CHORE_JOIN)
         super().close()
@@ -261,6 +288,13 @@ class RelayPipeline(FromSources):
                 "source",
                 lambda: admin.commit_group(self.pool.active, group, fresh, self.timeout),
             )
+
+    def _topic_pairs(self) -> list[tuple[str, str]]:
+        """(source topic, destination topic) of what is relayed, and (dry run) of what would
+        be once its destination is created."""
+        held = self.topic_plan.held if self.topic_plan is not None else ()
+        pairs = {(r.topic, r.target_topic) for r in self.routes}
+        return sorted(pairs | {(r.source, r.target) for r in held})
 
     def _progress(self) -> dict[SourcePartition, int]:
         return self.status.next_offsets() if self.status is not None else {}
