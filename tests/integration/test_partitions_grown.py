@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from testbed.ktm_process import wait_for as wait_process
 from testbed.ports import free_port
 from testbed.provenance import attributed
 from testbed.records import Record, produce, read_all
+from testbed.tansu import TansuBroker
 from testbed.topics import create_topic, describe_topic, unique_topic, wait_until
 from tests.support.feeder import Feeder
 from tests.support.inprocess import Background, assert_verified, verify_once
@@ -142,17 +143,31 @@ def test_named_and_discovered_topics_that_grow_are_relayed_from_their_start(
     print(f"\npartitions grown -> every new record relayed: {took:.1f}s (interval 1s)")
 
 
+@pytest.fixture(params=["may not grow", "cannot grow"])
+def short_target(request, target_broker, tmp_path) -> Iterator[tuple[str, str]]:
+    """A target whose topics do not grow, and the [target] keys of the relay: Apache Kafka with
+    `create_topics = false`, or Tansu (no CreatePartitions) with `create_topics = true`."""
+    if request.param == "may not grow":
+        yield target_broker.bootstrap, ""
+        return
+    tansu = TansuBroker("grow-tansu", log_dir=tmp_path).start()
+    try:
+        yield tansu.bootstrap, "create_topics = true"
+    finally:
+        tansu.stop(0.5)
+
+
 def test_a_destination_that_cannot_grow_halts_the_new_partitions_only(
-    source_broker, target_broker, tmp_path, caplog
+    source_broker, short_target, tmp_path, caplog
 ):
-    """`create_topics = false`: the destination keeps 2 partitions; the source's new partition
-    halts at its start with one ERROR line naming the topic, both counts and the key, and is
-    never written elsewhere; the other partitions go on."""
-    src, dst = source_broker.bootstrap, target_broker.bootstrap
+    """The destination keeps 2 partitions (ktm may not grow it, or the broker cannot): the
+    source's new partition halts at its start with one ERROR line naming the topic, both counts
+    and the key, and is never written elsewhere; the other partitions go on."""
+    src, (dst, keys) = source_broker.bootstrap, short_target
     topic = create_topic(src, unique_topic("grow-short"), 2)
     dest = create_topic(dst, unique_topic("grow-short-copy"), 2)
     produce(src, topic, numbered(0, 20, 2, "a"))
-    relay = Background(config(tmp_path / "c.toml", [source_broker], dst, {topic: dest}),
+    relay = Background(config(tmp_path / "c.toml", [source_broker], dst, {topic: dest}, keys),
                        failover=False)  # fmt: skip
     try:
         wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed", relay)
@@ -171,12 +186,19 @@ def test_a_destination_that_cannot_grow_halts_the_new_partitions_only(
     assert partitions(dst, dest) == 2
     (halt,) = relay.relay.status.halts.all()
     assert (halt.route.key, halt.offset) == ((topic, 2), 0)
-    lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"
-             and r.name.startswith("relay.") and "halted" in r.getMessage()]  # fmt: skip
+    said = [r for r in caplog.records if r.name.startswith("relay.") and dest in r.getMessage()]
+    lines = [r.getMessage() for r in said if r.levelname == "ERROR"]
     assert len(lines) == 1, lines
-    assert f"{topic}[2] at offset 0" in lines[0]
+    assert f"halted source partition {topic}[2] at offset 0" in lines[0]
     assert f"destination '{dest}' has 2 partitions, fewer than the source's 3" in lines[0]
     assert "[target].create_topics = true" in lines[0]
+    refused = [r.getMessage() for r in said if "CreatePartitions" in r.getMessage()]
+    if keys:  # Tansu: the grow refused, said once
+        said_once = f"destination {dest} keeps 2 partitions, fewer than the 3 its source has: "
+        assert len(refused) == 1 and refused[0].startswith(said_once), refused
+        assert "the broker does not implement CreatePartitions" in refused[0]
+    else:
+        assert refused == []
 
 
 def test_two_processes_share_the_partitions_a_topic_gains_while_relaying_it(
