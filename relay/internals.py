@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,13 +114,26 @@ def accumulator_closed(acc: Any) -> bool:
     return bool(_attr(acc, "_closed", "RecordAccumulator._closed"))
 
 
-def known_partitions(producer: Any, topic: str) -> set[int]:
-    """A topic's partitions, from the producer's metadata, waited for if not known yet."""
-    found = _attr(producer, "_metadata", "KafkaProducer._metadata").partitions_for_topic(topic)
+def known_partitions(producer: Any, topic: str, partition: int | None = None) -> set[int]:
+    """A topic's partitions, from the producer's metadata, waited for if not known yet; with
+    `partition`, its metadata is refreshed until that one is in it too (a topic grown while
+    running: kafka-python learns of new partitions only at its next refresh, up to
+    `metadata.max.age.ms`, 5 minutes, later) or `max_block_ms` passed."""
+    metadata = _attr(producer, "_metadata", "KafkaProducer._metadata")
+    found = metadata.partitions_for_topic(topic)
     if found is None:
         wait = _attr(producer, "_wait_on_metadata", "KafkaProducer._wait_on_metadata")
         found = wait(topic, producer.config["max_block_ms"])
+    deadline = time.monotonic() + producer.config["max_block_ms"] / 1000
+    while partition is not None and partition not in found and time.monotonic() < deadline:
+        metadata.request_update()
+        sender(producer).wakeup()
+        time.sleep(METADATA_PAUSE)
+        found = metadata.partitions_for_topic(topic) or set()
     return set(found)
+
+
+METADATA_PAUSE = 0.05  # seconds between two looks at a producer's metadata being refreshed
 
 
 def know_topics(producer: Any, topics: Iterable[str]) -> None:

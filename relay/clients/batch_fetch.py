@@ -139,6 +139,11 @@ class BatchFetcher:
                 if (node, lane) not in self._wire:
                     offsets = {key: positions[key] for key in lane_keys}
                     self._wire[(node, lane)] = self._send_to((node, lane), offsets)
+        if refused and not self._wire:
+            # nothing on the wire polls the client: the metadata update asked for the unknown
+            # leaders (a partition added while running) would never be sent
+            future = self._client.cluster.request_update()
+            self._client.poll(timeout_ms=_LEADER_WAIT_MS, future=future)
         return refused
 
     def busy(self) -> bool:
@@ -363,6 +368,7 @@ class BatchFetcher:
 
 
 _METADATA_WAIT_MS = 1000  # metadata not there yet: the partitions are asked again next time
+_LEADER_WAIT_MS = 200  # the same for a partition whose leader is unknown (one being elected)
 
 
 def probe(

@@ -169,7 +169,7 @@ def append_batches(
     the batches (see relay.clients.producer)."""
     if not batches:
         return []
-    if partition not in internals.known_partitions(producer, topic):
+    if partition not in internals.known_partitions(producer, topic, partition):
         raise ValueError(f"{topic} has no partition {partition}")
     acc = internals.accumulator(producer)
     tp = TopicPartition(topic, partition)

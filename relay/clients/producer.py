@@ -20,6 +20,7 @@ never a kafka-python future.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -128,12 +129,15 @@ class Producer:
         """Append records, in order, to one partition; returns segments covering them in order."""
         if not items:
             return []
+        # a partition added while running: in the metadata before the first send to it (without
+        # the internal, kafka-python refuses it until its next refresh, up to 5 minutes)
+        with contextlib.suppress(internals.Missing):
+            internals.known_partitions(self._producer, topic, partition)
         if not self._bulk:
             if TopicPartition(topic, partition) in self._failed:
                 raise PartitionFailed(topic, partition, self._failed)
             return [(1, Delivery(self._send_one(topic, partition, item), False)) for item in items]
         tp = TopicPartition(topic, partition)
-        internals.known_partitions(self._producer, topic)
         segments = _append_bulk(internals.accumulator(self._producer), tp, items, self._failed)
         self._wake()
         return segments

@@ -194,8 +194,8 @@ class Metrics:
             "ktm_partitions_halted",
             "Source partitions not relayed any more because the destination refuses one of their "
             "records for good (a timestamp out of its limits, a null key for a compacted topic) "
-            "or the source lost records before they were copied; 1 per halted partition (per "
-            "topic: how many)",
+            "or lacks their partition (a source topic grown past it), or the source lost records "
+            "before they were copied; 1 per halted partition (per topic: how many)",
             ("source_topic", "source_partition"),
             registry=r,
         )

@@ -18,9 +18,11 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
+from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
 from relay.pipelines.relay import driver
 from relay.pipelines.relay.driver import RelayPipeline
+from relay.pipelines.relay.topics import Found, Short
 from relay.resume import ResumePoint, SourceOffsets
 from relay.spec import PartitionRoute
 
@@ -43,7 +45,7 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, start: str) -> tuple[RelayPipeline
     relay.routes = [KNOWN]
     commits: list[Any] = []
     found = [GROWN, FRESH, COPIED]
-    monkeypatch.setattr(relay.topics, "new_partitions", lambda known: found)
+    monkeypatch.setattr(relay.topics, "new_partitions", lambda known: Found(list(found), []))
     monkeypatch.setattr(driver, "destination_next_offsets", lambda *a: {COPIED.key: 7})
     points = {
         GROWN.key: ResumePoint(0, "beginning"),
@@ -80,3 +82,31 @@ def test_start_at_the_end_applies_to_new_topics_only_and_is_remembered(monkeypat
     # end when found. The one with copies: after them.
     assert plan.next_offsets == {GROWN.key: 0, FRESH.key: 40, COPIED.key: 7}
     assert commits == [("ktm", {FRESH.key: 40, COPIED.key: 7})]
+
+
+def test_partitions_the_destination_lacks_halt_at_their_start_once(monkeypatch):
+    """A relayed topic grown past a destination that cannot grow: the partitions it lacks halt
+    (never remapped), are not looked for again, and the others are relayed."""
+    relay, _ = pipeline(monkeypatch, "beginning")
+    metrics = Metrics()
+    relay.bind(Status(metrics, 60.0))
+    lacking = PartitionRoute("orders", 2, "orders", 2)
+    why = "[topics].orders: destination 'orders' has 2 partitions, fewer than the source's 3"
+    asked: list[set[tuple[str, int]]] = []
+
+    def new_partitions(known: set[tuple[str, int]]) -> Found:
+        asked.append(set(known))
+        return Found([GROWN], [Short(lacking, why)] if lacking.key not in known else [])
+
+    monkeypatch.setattr(relay.topics, "new_partitions", new_partitions)
+    monkeypatch.setattr(driver.admin, "offset_bounds", lambda *a: ({lacking.key: 3}, {}))
+    relay._look_for_partitions()
+    relay._look_for_partitions()
+    assert relay.status is not None
+    (halt,) = relay.status.halts.all()
+    assert (halt.route, halt.offset, halt.reason) == (lacking, 3, why)
+    assert lacking.key in asked[1]  # not halted twice
+    plan = relay.changes()
+    assert plan is not None and lacking not in plan.routes and GROWN in plan.routes
+    labels = {"source_topic": "orders", "source_partition": "2"}
+    assert metrics.registry.get_sample_value("ktm_partitions_halted", labels) == 1

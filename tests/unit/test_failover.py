@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from relay.clients import admin
 from relay.config import ClusterConfig, SourcePoolConfig
 from relay.engine.driver.failover import (
@@ -11,9 +13,11 @@ from relay.engine.driver.failover import (
     best_ends,
     can_serve,
     choose,
+    fewest_partitions,
     max_lag,
 )
 from relay.engine.metrics import Metrics
+from relay.errors import ConfigError
 
 P0, P1 = ("t", 0), ("t", 1)
 
@@ -88,3 +92,39 @@ def test_a_node_is_asked_afresh_after_a_failed_check_and_its_gauges_follow(monke
     labels = {"node": "a", "topic": "t", "partition": "1"}
     assert end("ktm_source_node_end_offset", labels) == 9
     assert end("ktm_source_node_end_offset", {**labels, "partition": "0"}) == 5
+
+
+def test_a_topic_counts_the_partitions_every_answering_node_has(monkeypatch) -> None:
+    """A partition added to one node waits for the others; a node that came back empty (no
+    topic) or does not answer does not count."""
+    names = ("a", "b", "empty", "dead", "refused")
+    nodes = [ClusterConfig(name, (f"{name}:1",)) for name in names]
+    held = {"a": {"t": 4, "u": 1}, "b": {"t": 2, "u": 1}, "empty": {}}
+
+    def counts(node: ClusterConfig, timeout: float) -> dict[str, int]:
+        if node.name == "dead":
+            raise TimeoutError("no answer")
+        if node.name == "refused":
+            raise ConfigError("[[sources]][5].password: the broker refused the login")
+        return held[node.name]
+
+    monkeypatch.setattr(admin, "all_partition_counts", counts)
+    assert fewest_partitions(nodes, 1.0) == {"t": 2, "u": 1}
+    held["b"]["t"] = 4
+    assert fewest_partitions(nodes, 1.0) == {"t": 4, "u": 1}
+
+
+def test_no_node_answering_raises_a_refused_login_first(monkeypatch) -> None:
+    nodes = [ClusterConfig(name, (f"{name}:1",)) for name in ("dead", "refused")]
+
+    def counts(node: ClusterConfig, timeout: float) -> dict[str, int]:
+        if node.name == "dead":
+            raise TimeoutError("no answer")
+        raise ConfigError("[[sources]][2].password: the broker refused the login")
+
+    monkeypatch.setattr(admin, "all_partition_counts", counts)
+    with pytest.raises(ConfigError, match="password"):
+        fewest_partitions(nodes, 1.0)
+    monkeypatch.setattr(admin, "all_partition_counts", lambda node, t: counts(nodes[0], t))
+    with pytest.raises(ConnectionError, match="no source node answered: dead"):
+        fewest_partitions(nodes, 1.0)

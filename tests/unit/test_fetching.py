@@ -165,6 +165,22 @@ def test_a_partition_without_a_leader_is_answered_at_once_and_not_sent(net):
     assert [named(r) for r in net.to(1)] == [{(T, 0): 5}]
 
 
+def test_a_partition_without_a_known_leader_and_nothing_on_the_wire_polls_for_metadata(net):
+    """A partition added while running: no fetch on the wire would ever poll the client, so
+    the metadata update asked for its leader is polled for at once; the partition is sent once
+    its leader is known."""
+    polled: list[Any] = []
+    net.poll = lambda timeout_ms=None, future=None: polled.append(timeout_ms)
+    net.leaders[(T, 2)] = -1
+    f = fetcher(net)
+    assert [a.key for a in f.send({(T, 2): 0})] == [(T, 2)] and polled == [200]
+    assert [a.key for a in f.send({(T, 0): 5, (T, 2): 0})] == [(T, 2)] and polled == [200]
+    net.leaders[(T, 2)] = 1
+    net.answer(0, {0: b""})
+    f.receive(0.01)
+    assert f.send({(T, 2): 0}) == [] and [named(r) for r in net.to(1)][-1] == {(T, 2): 0}
+
+
 def test_fetch_waits_for_its_answers_and_times_out_the_rest(net):
     f = fetcher(net)
     found = f.fetch({(T, 0): 1, (T, 1): 2}, timeout=0.05)

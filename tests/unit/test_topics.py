@@ -153,11 +153,11 @@ def test_partitions_found_while_running(monkeypatch, caplog):
     topics = manager(monkeypatch, fake, include=("orders", "payments"), create=False)
     known = {("orders", 0), ("orders", 1)}
     with caplog.at_level(logging.WARNING):
-        assert topics.new_partitions(known) == []  # payments has no destination: it waits
+        assert topics.new_partitions(known).routes == []  # payments has no destination: waits
         fake.source["orders"] = 3  # grown on the source
         found = topics.new_partitions(known)
         topics.new_partitions(known)
-    assert [r.key for r in found] == [("orders", 2)]
+    assert [r.key for r in found.routes] == [("orders", 2)] and found.short == []
     waiting = [r.getMessage() for r in caplog.records if "payments" in r.getMessage()]
     assert len(waiting) == 1 and "create_topics" in waiting[0]
 
@@ -271,3 +271,57 @@ def test_a_name_ending_in_a_star_stands_for_every_name_it_begins():
     assert re.fullmatch(pattern("confluent.*"), "confluent.tier.enable")
     assert not re.fullmatch(pattern("confluent.*"), "confluentx")
     assert not re.fullmatch(pattern("retention.ms"), "retentionxms")  # a name, not a regex
+
+
+def test_a_relayed_topic_grown_past_its_destination_is_short_never_remapped(monkeypatch):
+    """The destination has 3 partitions and may not grow: of the source's 5, the new partition
+    2 is relayed to 2, and 3 and 4 are short, the reason naming the topic, both counts and the
+    key (the driver halts them)."""
+    fake = FakeAdmin({"orders": 5}, {"copy": 3}, {})
+    named = (TopicRoute("orders", "copy"),)
+    topics = manager(monkeypatch, fake, named=named, create=False)
+    found = topics.new_partitions({("orders", 0), ("orders", 1)})
+    assert [(r.key, r.target_partition) for r in found.routes] == [(("orders", 2), 2)]
+    assert [(s.route.key, s.route.target_partition) for s in found.short] == [
+        (("orders", 3), 3), (("orders", 4), 4)
+    ]  # fmt: skip
+    reason = found.short[0].reason
+    assert "'copy' has 3 partitions, fewer than the source's 5" in reason
+    assert "[topics].orders" in reason and "[target].create_topics = true" in reason
+    assert fake.grown == []
+
+
+def test_a_destination_the_target_refuses_to_grow_is_logged_once_and_short(monkeypatch, caplog):
+    fake = FakeAdmin({"orders": 4}, {"copy": 2}, {})
+
+    def refuse(cluster: Any, counts: dict, timeout: float) -> None:
+        raise PolicyRefused("PolicyViolationError: no more partitions")
+
+    fake.grow_partitions = refuse
+    topics = manager(monkeypatch, fake, named=(TopicRoute("orders", "copy"),))
+    with caplog.at_level(logging.WARNING):
+        first = topics.new_partitions({("orders", 0), ("orders", 1)})
+        topics.new_partitions({("orders", 0), ("orders", 1)})
+    assert [s.route.key for s in first.short] == [("orders", 2), ("orders", 3)]
+    lines = [r.getMessage() for r in caplog.records if "PolicyViolation" in r.getMessage()]
+    assert lines == ["destination copy keeps 2 partitions, fewer than the 4 its source has: "
+                     "PolicyViolationError: no more partitions"]  # fmt: skip
+
+
+class PolicyRefused(Exception):
+    retriable = False
+
+
+def test_a_destination_another_process_grew_first_is_no_refusal(monkeypatch, caplog):
+    fake = FakeAdmin({"orders": 4}, {"copy": 2}, {})
+
+    def another_was_first(cluster: Any, counts: dict, timeout: float) -> None:
+        fake.target.update(counts)  # as Kafka answers the second CreatePartitions
+        raise PolicyRefused("InvalidPartitionsError: Topic already has 4 partitions.")
+
+    fake.grow_partitions = another_was_first
+    topics = manager(monkeypatch, fake, named=(TopicRoute("orders", "copy"),))
+    with caplog.at_level(logging.WARNING):
+        found = topics.new_partitions({("orders", 0), ("orders", 1)})
+    assert [r.key for r in found.routes] == [("orders", 2), ("orders", 3)] and found.short == []
+    assert not [r for r in caplog.records if "keeps" in r.getMessage()]

@@ -260,13 +260,19 @@ class SourcePool:
         return "; ".join(describe(node) for node in self.nodes)
 
     def partition_counts(self, topics: list[str], timeout: float) -> dict[str, int]:
-        """Topic metadata from the first node that answers (all nodes hold the same topics)."""
+        """The partition counts of `topics` (see `topic_counts`)."""
         wanted = set(topics)
         return {topic: n for topic, n in self.topic_counts(timeout).items() if topic in wanted}
 
     def topic_counts(self, timeout: float) -> dict[str, int]:
-        """Every topic's partition count, from the first node that answers."""
-        return first_answering(self.nodes, timeout)[1]
+        """Every topic's partition count: in failover mode the fewest among the nodes that
+        answer and hold the topic. A partition added to the nodes is relayed once each of them
+        has it: relayed from one node alone, a failover would find no node to continue it on
+        (the continuity rules refuse a node without it). A node without the topic at all came
+        back empty and is never used (`can_serve`): it does not count."""
+        if not self.failover:
+            return first_answering(self.nodes, timeout)[1]
+        return fewest_partitions(self.nodes, timeout)
 
     def start(self, keys: Sequence[SourcePartition], nexts: dict[SourcePartition, int]) -> None:
         """Pick the first active node (failover: one that holds everything relayed so far)."""
@@ -354,3 +360,28 @@ def first_answering(
                 raise
             errors.append(f"{describe(node)}: {exc}")
     raise ConnectionError("no source node answered: " + "; ".join(errors))
+
+
+def fewest_partitions(nodes: Sequence[ClusterConfig], timeout: float) -> dict[str, int]:
+    """Each topic's partition count on the node that has the fewest, among those that answer
+    (see SourcePool.topic_counts). A node that fails for a retriable reason, or refuses ktm's
+    login (the monitor says so, and never uses it), is passed over; none answering raises."""
+    counts: dict[str, int] = {}
+    errors: list[Exception] = []
+    for node in nodes:
+        try:
+            found = admin.all_partition_counts(node, timeout)
+        except Exception as exc:
+            if not is_retriable(exc) and not isinstance(exc, ConfigError):
+                raise
+            errors.append(exc)
+            continue
+        for topic, count in found.items():
+            counts[topic] = min(count, counts.get(topic, count))
+    if len(errors) == len(nodes):
+        refused = [exc for exc in errors if isinstance(exc, ConfigError)]
+        if refused:
+            raise refused[0]
+        whys = "; ".join(f"{describe(n)}: {e}" for n, e in zip(nodes, errors, strict=True))
+        raise ConnectionError("no source node answered: " + whys)
+    return counts

@@ -27,7 +27,7 @@ from relay.pipelines.relay.config_sync import Changes, ConfigSync
 from relay.pipelines.relay.executor import RelaySides
 from relay.pipelines.relay.group_sync import GroupResult, GroupSync
 from relay.pipelines.relay.spec import RelayTask
-from relay.pipelines.relay.topics import TopicPlan, Topics
+from relay.pipelines.relay.topics import Short, TopicPlan, Topics
 from relay.pipelines.sources import FromSources
 from relay.refusals import Rules
 from relay.resume import (
@@ -75,6 +75,7 @@ class RelayPipeline(FromSources):
             self._chores.append(Periodic("topic config sync", self.target.config_sync_interval,
                                          self.configs.sync_once))  # fmt: skip
         self._found_plan: Plan | None = None  # partitions found, not yet handed over
+        self._short: set[SourcePartition] = set()  # found, but the destination lacks them
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._discovery = threading.Thread(target=self._discover, name="ktm-discovery",
@@ -225,8 +226,10 @@ class RelayPipeline(FromSources):
     def _look_for_partitions(self) -> None:
         with self._lock:
             pending = self._found_plan.routes if self._found_plan else []
-            known = {r.key for r in self.routes + pending}
-        found = self.topics.new_partitions(known)
+            known = {r.key for r in self.routes + pending} | self._short
+        new = self.topics.new_partitions(known)
+        self._halt_short(new.short)
+        found = new.routes
         if not found:
             return
         target = self.cfg.need_target().cluster
@@ -255,6 +258,24 @@ class RelayPipeline(FromSources):
             merged = {**(earlier.next_offsets if earlier else {}), **nexts}
             ends = {**(earlier.ends if earlier else {}), **offsets.end}
             self._found_plan = Plan(routes, merged, ends, None)
+
+    def _halt_short(self, short: list[Short]) -> None:
+        """New partitions of a relayed topic that its destination lacks halt at their first
+        record: the partitions with a destination go on (a stop would halt them all for the
+        sake of a few new ones), nothing is written to another partition number, and the halt
+        is loud (ERROR line, ktm_partitions_halted, /healthz 503). A restart after the
+        destination has grown relays them from their start."""
+        if not short:
+            return
+        begin, _ = self.startup.call(
+            "source",
+            lambda: admin.offset_bounds(self.pool.active, [s.route.key for s in short],
+                                        self.timeout),
+        )  # fmt: skip
+        for one in short:
+            self._short.add(one.route.key)
+            if self.status is not None:
+                self.status.halts.add(one.route, begin[one.route.key], one.reason)
 
     def _remember_start(
         self, found: list[PartitionRoute], nexts: dict[SourcePartition, int], topics: set[str]

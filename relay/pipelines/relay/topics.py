@@ -2,10 +2,12 @@
 their destination topics, created or grown when `[target].create_topics` allows it.
 
 At start every problem is an error (a missing destination names the key that would fix it).
-While running, topics and partitions are looked for every `[discover].interval`; one that cannot
-be relayed yet (its destination is missing and ktm may not create it, or too small) is logged
-once and looked at again at the next interval: nothing is lost by waiting, it starts from the
-beginning (or where `[discover].start` says) once it can.
+While running, topics and partitions are looked for every `[discover].interval` (the topics of
+`[topics]` too). A new topic that cannot be relayed yet (its destination is missing and ktm may
+not create it, or too small) is logged once and looked at again at the next interval: nothing is
+lost by waiting, it starts from the beginning (or where `[discover].start` says) once it can. A
+topic already relayed that gained partitions its destination lacks and cannot get (ktm may not
+grow it, or the broker refuses) is `short`: its new partitions halt (the driver), never remapped.
 
 Brokers that do not implement an admin call (Tansu: DescribeConfigs answers nothing,
 CreatePartitions is missing) get one log line and ktm goes on with what works.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from relay.clients import admin, topic_create
-from relay.clients.settings import describe
+from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig, Config, TopicRoute
 from relay.engine.driver.plan import plan_routes
 from relay.engine.metrics import Metrics
@@ -41,6 +43,20 @@ class Creation:
     partitions: int
     configs: tuple[tuple[str, str], ...]  # copied from the source topic
     source: str  # the source topic it copies
+
+
+@dataclass(frozen=True)
+class Short:
+    """A new partition of a relayed topic whose destination partition does not exist."""
+
+    route: PartitionRoute  # to the same partition number, which the destination lacks
+    reason: str  # names the topic, both counts and the key that would allow growing it
+
+
+@dataclass(frozen=True)
+class Found:
+    routes: list[PartitionRoute]  # new partitions that can be relayed now
+    short: list[Short]  # new partitions of relayed topics that cannot be (halted)
 
 
 @dataclass(frozen=True)
@@ -92,28 +108,45 @@ class Topics:
         grown = self._grow(small)
         return TopicPlan(routes, src, creations, grown)
 
-    def new_partitions(self, known: set[tuple[str, int]]) -> list[PartitionRoute]:
+    def new_partitions(self, known: set[tuple[str, int]]) -> Found:
         """Partitions of the source not in `known` that can be relayed now (their destination
-        exists, created or grown first where allowed); the others are logged once."""
+        exists, created or grown first where allowed), and those of relayed topics whose
+        destination lacks them; the new topics that must wait are logged once."""
         plan = self.resolve()
-        found: list[PartitionRoute] = []
+        found = Found([], [])
         dst = admin.partition_counts(
             self.target.cluster, {r.target for r in plan.routes}, self.timeout
         )
         src = describe(self._source())
         for route in plan.routes:
-            if all(
-                (route.source, p) in known for p in range(plan.source_counts.get(route.source, 0))
-            ):
+            count = plan.source_counts.get(route.source, 0)
+            if all((route.source, p) in known for p in range(count)):
                 continue
             try:
                 planned = plan_routes([route], plan.source_counts, dst, src, "the target")
             except KafkaSetupError as exc:
+                if (route.source, 0) in known and route.target in dst and route.partition is None:
+                    self._split(route, count, dst[route.target], known, str(exc), found)
+                    continue
                 self._once(str(exc), f"{exc}; relayed once that is fixed (looked at again every "
                            f"{self.cfg.discover.interval:g}s)")  # fmt: skip
                 continue
-            found.extend(r for r in planned if r.key not in known)
+            found.routes.extend(r for r in planned if r.key not in known)
         return found
+
+    @staticmethod
+    def _split(
+        route: TopicRoute, count: int, has: int, known: set[tuple[str, int]], why: str, into: Found
+    ) -> None:
+        """A relayed topic grown past its destination: each new partition the destination has
+        is relayed, each it lacks is short (partition numbers are kept, never remapped)."""
+        for p in range(count):
+            if (route.source, p) not in known:
+                new = PartitionRoute(route.source, p, route.target, p)
+                if p < has:
+                    into.routes.append(new)
+                else:
+                    into.short.append(Short(new, why))
 
     def _creations(
         self, missing: dict[str, int], routes: tuple[TopicRoute, ...]
@@ -196,13 +229,28 @@ class Topics:
         for dest, has, wanted in small:
             try:
                 admin.grow_partitions(self.target.cluster, {dest: wanted}, self.timeout)
-            except admin.Unsupported as exc:
+            except Exception as exc:
+                if not isinstance(exc, admin.Unsupported) and is_retriable(exc):
+                    raise  # while running: asked again at the next interval
+                if self._grown_by_another(dest, wanted):
+                    continue
+                # refused for good (a policy, an ACL, no CreatePartitions): the partitions it
+                # lacks are refused at start, halted while running
                 self._once(f"grow {dest}", f"destination {dest} keeps {has} partitions, fewer "
                            f"than the {wanted} its source has: {exc}")  # fmt: skip
                 continue
             log.info("destination topic %s grown from %d to %d partitions", dest, has, wanted)
             grown.append((dest, has, wanted))
         return tuple(grown)
+
+    def _grown_by_another(self, dest: str, wanted: int) -> bool:
+        """Another ktm process on the config grew it first (Kafka: InvalidPartitionsError)."""
+        try:
+            now = admin.partition_counts(self.target.cluster, {dest}, self.timeout)
+        except Exception as exc:  # noqa: BLE001 - the refusal is what is reported
+            log.debug("reading %s's partitions again: %s", dest, exc)
+            return False
+        return now.get(dest, 0) >= wanted
 
     def _once(self, key: str, line: str) -> None:
         if key not in self._said:
