@@ -14,7 +14,10 @@ tests of the stock minimum start a cluster of their own.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+from kafka.errors import KafkaError
 
 from testbed.kafka import VERSIONS, KafkaCluster
 
@@ -111,6 +114,25 @@ def _make_ready(cluster: KafkaCluster) -> None:
     """Up and answering, whatever its last test left: frozen, stopped or killed."""
     for node in cluster.nodes:
         node.thaw()
-    if all(node.is_running for node in cluster.nodes):
-        return
-    cluster.start()
+    if not all(node.is_running for node in cluster.nodes):
+        cluster.start()
+    _warm_group_coordinator(cluster)
+
+
+def _warm_group_coordinator(cluster: KafkaCluster, timeout: float = 60.0) -> None:
+    """A fresh (or wiped) broker creates `__consumer_offsets` at its first group request, which
+    takes seconds of a busy machine; a test whose config allows one retry would give up on
+    NotCoordinator meanwhile. Asked once here, the topic is there before the test starts."""
+    deadline = time.monotonic() + timeout
+    admin = cluster.admin()
+    try:
+        while True:
+            try:
+                admin.list_group_offsets("ktm-testbed-warm-up")
+                return
+            except KafkaError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        admin.close()
