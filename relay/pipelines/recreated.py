@@ -4,13 +4,16 @@ Their offsets start over: the copy holds offsets the new topic will reuse. A new
 fewer records than were copied is found by the next fetch (relay.losses: truncated); one that
 already holds more is not, so the topics' IDs (KIP-516) are read at each health-check interval
 and compared with the first ones seen on that node (each cluster of a failover pool has IDs of
-its own). The runner halts the partitions of a topic whose ID changed. Looked at from the
-runner's thread only.
+its own). The runner halts the partitions of a topic whose ID changed. A look runs on a
+thread of its own, one at a time: a source that does not answer must not hold the runner's loop
+(and a stop asked meanwhile) for a request timeout; what a look found is returned by the first
+`check` after it ended.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -21,6 +24,14 @@ from relay.config import ClusterConfig
 log = logging.getLogger(__name__)
 
 Reader = Callable[[ClusterConfig, Iterable[str], float], dict[str, str]]
+Spawn = Callable[[Callable[[], None]], "threading.Thread | None"]
+CLOSE_WAIT = 1.0  # seconds a close waits for a look under way before leaving it to end
+
+
+def on_a_thread(look: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=look, name="ktm-topic-ids", daemon=True)
+    thread.start()
+    return thread
 
 
 class RecreatedTopics:
@@ -30,37 +41,54 @@ class RecreatedTopics:
         timeout: float,
         read: Reader = topic_ids,
         clock: Callable[[], float] = time.monotonic,
+        spawn: Spawn = on_a_thread,
     ):
         self.interval, self.timeout, self.read, self.clock = interval, timeout, read, clock
+        self._spawn = spawn
         self._ids: dict[str, dict[str, str]] = {}  # node: topic: the first ID seen
         self._reported: set[str] = set()
         self._next = 0.0
+        self._look: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._found: list[tuple[str, str]] = []  # found by looks, not yet returned
         # one admin client kept between looks: a new one costs a bootstrap (3-4 round trips)
         self._clients = ClientCache()
 
     def check(self, node: ClusterConfig, topics: Iterable[str]) -> list[tuple[str, str]]:
         """Topics whose ID on `node` changed since first seen, each once, with the line saying
-        it; at most one look per interval (a look is one Metadata request)."""
+        it, as far as the looks that ended know; starts a look (one Metadata request) at most
+        once per interval, never while one is under way, and never waits for it."""
         now = self.clock()
-        if now < self._next:
-            return []
-        self._next = now + self.interval
+        if now >= self._next and (self._look is None or not self._look.is_alive()):
+            self._next = now + self.interval
+            wanted = sorted(topics)
+            self._look = self._spawn(lambda: self._look_once(node, wanted))
+        with self._lock:
+            found, self._found = self._found, []
+        return found
+
+    def _look_once(self, node: ClusterConfig, topics: list[str]) -> None:
         try:
             with self._clients.use():
                 ids = self.read(node, topics, self.timeout)
         except Exception as exc:  # noqa: BLE001 - looked at again at the next interval
             log.debug("source topic IDs not read from %s: %s", node.name, exc)
-            return []
+            return
         seen = self._ids.setdefault(node.name, {})
-        found = []
         for topic, ident in sorted(ids.items()):
             first = seen.setdefault(topic, ident)
             if first != ident and topic not in self._reported:
                 self._reported.add(topic)
-                found.append((topic, _line(topic, node.name, first, ident)))
-        return found
+                with self._lock:
+                    self._found.append((topic, _line(topic, node.name, first, ident)))
 
     def close(self) -> None:
+        """A look still waiting on a cluster keeps its client: closing it under the look would
+        break kafka-python (not thread-safe); the daemon thread ends with the process."""
+        if self._look is not None:
+            self._look.join(CLOSE_WAIT)
+            if self._look.is_alive():
+                return
         self._clients.close()
 
 

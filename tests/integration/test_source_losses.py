@@ -6,7 +6,8 @@ is answered OFFSET_OUT_OF_RANGE), but at the moment and offset the test picks. R
 would need a cluster of its own with `log.retention.check.interval.ms` of a second (the pool's
 nodes keep the 5-minute default): seconds to start, and a test that can only wait for the next
 check and then read back what it deleted. With DeleteRecords the test knows the deleted range
-and the count must equal it exactly.
+and the count must equal it exactly. test_retention_race lets the broker's own retention race
+a throttled relay.
 """
 
 from __future__ import annotations

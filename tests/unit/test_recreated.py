@@ -3,12 +3,19 @@ said once per topic, per node, at most once per interval."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 
 from relay.config import ClusterConfig
 from relay.pipelines.recreated import RecreatedTopics
 
 DC1, DC2 = ClusterConfig("dc1", ("a:1",)), ClusterConfig("dc2", ("b:1",))
+
+
+def at_once(look: Callable[[], None]) -> None:
+    """Looks run in the caller (in ktm, on a thread of their own)."""
+    look()
 
 
 class Clock:
@@ -27,7 +34,7 @@ def test_a_changed_topic_id_is_said_once_and_each_node_has_ids_of_its_own() -> N
         return {t: ids[node.name][t] for t in topics if t in ids[node.name]}
 
     clock = Clock()
-    watch = RecreatedTopics(3.0, 2.0, read, clock)
+    watch = RecreatedTopics(3.0, 2.0, read, clock, at_once)
     assert watch.check(DC1, ["orders", "audit"]) == []
     assert watch.check(DC2, ["orders"]) == [] and asked == ["dc1"]  # within the interval
     clock.now = 3.0
@@ -46,4 +53,38 @@ def test_a_node_that_does_not_answer_is_asked_again_at_the_next_interval() -> No
     def read(node: ClusterConfig, topics: Iterable[str], timeout: float) -> dict[str, str]:
         raise ConnectionError("down")
 
-    assert RecreatedTopics(3.0, 2.0, read, Clock()).check(DC1, ["orders"]) == []
+    assert RecreatedTopics(3.0, 2.0, read, Clock(), at_once).check(DC1, ["orders"]) == []
+
+
+def test_a_look_that_hangs_never_holds_the_caller_and_reports_when_it_ends() -> None:
+    """A frozen source answers nothing until the request timeout: the runner's loop (and a
+    stop asked meanwhile) must not wait for it."""
+    answer = threading.Event()
+    ids = {"orders": "id-1"}
+
+    def read(node: ClusterConfig, topics: Iterable[str], timeout: float) -> dict[str, str]:
+        answer.wait(10)
+        return dict(ids)
+
+    clock = Clock()
+    watch = RecreatedTopics(3.0, 2.0, read, clock)
+    began = time.monotonic()
+    assert watch.check(DC1, ["orders"]) == []
+    answer.set()
+    wait_for_look(watch)
+    ids["orders"], clock.now = "id-2", 3.0
+    answer.clear()
+    assert watch.check(DC1, ["orders"]) == []  # the look is out, not yet answered
+    assert time.monotonic() - began < 1.0
+    answer.set()
+    wait_for_look(watch)
+    ((topic, _),) = watch.check(DC1, ["orders"])  # what the ended look found
+    assert topic == "orders"
+    watch.close()
+
+
+def wait_for_look(watch: RecreatedTopics) -> None:
+    look = watch._look
+    assert look is not None
+    look.join(5)
+    assert not look.is_alive()
