@@ -323,9 +323,10 @@ def topic_configs(
 ) -> dict[str, dict[str, str]]:
     """Every config the cluster describes for each topic (DescribeConfigs, defaults included),
     or with `set_only` those set on the topic itself (not defaults, not the broker's: what a
-    copy of the topic takes over); {} for a topic it describes nothing of. Asks for all config
-    names: naming one makes Tansu (the test broker) drop the connection, and every broker
-    answers "all" the same."""
+    copy of the topic takes over). A topic it describes nothing of is {}, and left out with
+    `set_only` (Tansu describes nothing; Apache Kafka describes every topic, most with nothing
+    set). Asks for all config names: naming one makes Tansu (the test broker) drop the
+    connection, and every broker answers "all" the same."""
     resources = [ConfigResource("TOPIC", topic) for topic in sorted(set(topics))]
     if not resources:
         return {}
@@ -338,6 +339,7 @@ def topic_configs(
             if not set_only or _source(data) == "DYNAMIC_TOPIC_CONFIG"
         }
         for topic, configs in (described.get("topic") or {}).items()
+        if configs or not set_only
     }
 
 

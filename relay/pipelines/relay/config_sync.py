@@ -124,6 +124,4 @@ def _described(
 ) -> dict[str, dict[str, str]]:
     """The configs set on each topic the cluster describes anything of (a topic it describes
     nothing of, all defaults included, is left out: Tansu describes none)."""
-    described = admin.topic_configs(cluster, topics, timeout)
-    set_on = admin.topic_configs(cluster, topics, timeout, set_only=True)
-    return {t: set_on.get(t, {}) for t, configs in described.items() if configs}
+    return admin.topic_configs(cluster, topics, timeout, set_only=True)

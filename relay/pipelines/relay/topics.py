@@ -174,8 +174,8 @@ class Topics:
             self._once("configs", f"source does not describe topic configs ({exc}): created "
                        "topics get the target's defaults")  # fmt: skip
             return {}
-        if not any(found.values()):
-            self._once("no-configs", "source describes no config set on its topics (Tansu "
+        if not found:  # Apache Kafka describes every topic, with or without a config set
+            self._once("no-configs", "source describes no configs of its topics (Tansu "
                        "answers DescribeConfigs with nothing): created topics get the target's "
                        "defaults")  # fmt: skip
         return {topic: self._copy.select(topic, configs) for topic, configs in found.items()}
