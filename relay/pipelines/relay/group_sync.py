@@ -25,7 +25,6 @@ The rules:
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
@@ -35,6 +34,7 @@ from relay.clients import admin
 from relay.clients.kept import keep_clients
 from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics, per_topic
+from relay.pipelines.relay.chores import Periodic
 from relay.selection import carried_groups
 from relay.spec import PartitionRoute, SourcePartition
 from relay.translation import TP, Ask, Translator
@@ -50,7 +50,6 @@ ACTIVE_STATES = frozenset(
 IDLE_STATES = frozenset({"Empty", "Dead"})
 NO_OFFSETS = frozenset({"share"})  # group types that commit no offsets (KIP-932)
 AGE_EVERY = 1.0  # seconds between updates of the sync-age gauges
-CLOSE_WAIT = 2.0  # a sync busy with a cluster that does not answer ends by itself (daemon)
 
 
 @dataclass(frozen=True)
@@ -96,18 +95,16 @@ class GroupSync:
         self._seen: dict[tuple[TP, SourcePartition, int], int] = {}
         self._found: dict[tuple[TP, SourcePartition, int], int] = {}  # this sync's searches
         self._active: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="ktm-groups", daemon=True)
+        self._next_sync = 0.0
+        # woken every AGE_EVERY: the sync-age gauges move between syncs
+        self._chore = Periodic("group sync", AGE_EVERY, self._tick)
 
     def start(self) -> None:
         """Once (later calls do nothing), and never after close()."""
-        if self._thread.ident is None and not self._stop.is_set():
-            self._thread.start()
+        self._chore.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=CLOSE_WAIT)
+        self._chore.close()
 
     def translate(self, commit: bool) -> list[GroupResult]:
         """One sync: every carried group's translation, committed on the target if `commit`."""
@@ -234,14 +231,11 @@ class GroupSync:
 
     # ---- the sync thread ----------------------------------------------------------------
 
-    def _loop(self) -> None:
-        interval = self.cfg.groups.interval
-        next_sync = time.monotonic()
-        while not self._stop.wait(min(AGE_EVERY, max(0.0, next_sync - time.monotonic()))):
-            if time.monotonic() >= next_sync:
-                next_sync = time.monotonic() + interval
-                self._sync_once()
-            self._publish_ages()
+    def _tick(self) -> None:
+        if time.monotonic() >= self._next_sync:
+            self._next_sync = time.monotonic() + self.cfg.groups.interval
+            self._sync_once()
+        self._publish_ages()
 
     def _sync_once(self) -> None:
         if not self._may_sync():
