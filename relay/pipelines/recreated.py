@@ -50,7 +50,8 @@ class RecreatedTopics:
         self._next = 0.0
         self._look: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._found: list[tuple[str, str]] = []  # found by looks, not yet returned
+        # node: topic: the line, found by looks and not yet returned
+        self._found: dict[str, dict[str, str]] = {}
         # one admin client kept between looks: a new one costs a bootstrap (3-4 round trips)
         self._clients = ClientCache()
 
@@ -63,8 +64,12 @@ class RecreatedTopics:
             self._next = now + self.interval
             wanted = sorted(topics)
             self._look = self._spawn(lambda: self._look_once(node, wanted))
+        # only what the node relayed from now found: a look started before a failover may end
+        # after it, and a recreated topic on a node ktm left must halt nothing
         with self._lock:
-            found, self._found = self._found, []
+            found = sorted(self._found.pop(node.name, {}).items())
+        found = [(topic, line) for topic, line in found if topic not in self._reported]
+        self._reported.update(topic for topic, _ in found)
         return found
 
     def _look_once(self, node: ClusterConfig, topics: list[str]) -> None:
@@ -77,10 +82,11 @@ class RecreatedTopics:
         seen = self._ids.setdefault(node.name, {})
         for topic, ident in sorted(ids.items()):
             first = seen.setdefault(topic, ident)
-            if first != ident and topic not in self._reported:
-                self._reported.add(topic)
+            if first != ident:
                 with self._lock:
-                    self._found.append((topic, _line(topic, node.name, first, ident)))
+                    self._found.setdefault(node.name, {})[topic] = _line(
+                        topic, node.name, first, ident
+                    )
 
     def close(self) -> None:
         """A look still waiting on a cluster keeps its client: closing it under the look would

@@ -88,3 +88,24 @@ def wait_for_look(watch: RecreatedTopics) -> None:
     assert look is not None
     look.join(5)
     assert not look.is_alive()
+
+
+def test_a_look_that_ends_after_a_failover_halts_nothing_on_the_new_node() -> None:
+    """The look was sent to the node ktm relayed from then; what it found of that node (here:
+    it came back empty and its topic was created anew) is not said of the node ktm moved to."""
+    ids = {"dc1": {"orders": "id-1"}, "dc2": {"orders": "id-9"}}
+    looks: list[Callable[[], None]] = []
+
+    def read(node: ClusterConfig, topics: Iterable[str], timeout: float) -> dict[str, str]:
+        return dict(ids[node.name])
+
+    clock = Clock()
+    watch = RecreatedTopics(3.0, 2.0, read, clock, looks.append)
+    assert watch.check(DC1, ["orders"]) == []
+    looks.pop()()
+    ids["dc1"]["orders"], clock.now = "id-2", 3.0
+    assert watch.check(DC1, ["orders"]) == []  # a look goes out to dc1...
+    looks.pop()()  # ...and ends once ktm failed over to dc2
+    assert watch.check(DC2, ["orders"]) == []
+    ((topic, line),) = watch.check(DC1, ["orders"])  # were ktm to go back to dc1
+    assert topic == "orders" and "on dc1" in line
