@@ -64,6 +64,7 @@ class Delivered:
     # Its batch is LogAppendTime (a destination topic with message.timestamp.type=
     # LogAppendTime): its timestamp is the broker's append time, not the source's.
     broker_time: bool = False
+    incarnation: int = 0  # of the source topic (relay.batches.provenance)
 
     @property
     def offset(self) -> int:
@@ -117,23 +118,31 @@ def unsettled_in(batches: list[SourceBatch], wanted: set[SourcePartition]) -> se
 def delivered_in(
     batches: Iterable[SourceBatch], wanted: set[SourcePartition]
 ) -> dict[SourcePartition, Delivered]:
-    """Per wanted source partition, the highest source offset the batches hold, and the
-    destination record that holds it."""
+    """Per wanted source partition, the highest source offset the batches hold of its latest
+    incarnation (a followed topic's copies start over at its log start: relay.batches.provenance),
+    and the destination record that holds it."""
     found: dict[SourcePartition, Delivered] = {}
     for batch in batches:
-        for provenance, record in origins(batch):
-            key = (provenance.topic, provenance.partition)
-            if key in wanted and (
-                key not in found or provenance.next_offset >= found[key].next_offset
-            ):
-                found[key] = Delivered(provenance.next_offset, record, batch.log_append_time)
+        for p, record in origins(batch):
+            key = (p.topic, p.partition)
+            if key not in wanted:
+                continue
+            last = found.get(key)
+            newest = last is None or (p.incarnation, p.next_offset) >= (
+                last.incarnation,
+                last.next_offset,
+            )
+            if newest:
+                found[key] = Delivered(p.next_offset, record, batch.log_append_time, p.incarnation)
     return found
 
 
 class AtDestination(NamedTuple):
     """What the destination's tails say of each source partition."""
 
-    delivered: dict[SourcePartition, Delivered]  # those it holds records of
+    # those it holds records of in their route's incarnation, or a later one (the route is
+    # then behind: `later`)
+    delivered: dict[SourcePartition, Delivered]
     unsettled: frozenset[SourcePartition]  # those whose next offset it cannot settle
     tails: dict[tuple[str, int], list[SourceBatch]]  # what was read of each partition
     feeders: dict[tuple[str, int], set[SourcePartition]]  # the source partitions of each
@@ -141,6 +150,17 @@ class AtDestination(NamedTuple):
     @property
     def next_offsets(self) -> dict[SourcePartition, int]:
         return {key: d.next_offset for key, d in self.delivered.items()}
+
+    def later(self, routes: Iterable[PartitionRoute]) -> list[PartitionRoute]:
+        """`routes` at the incarnation the destination holds copies of, where that is later
+        (a restart after ktm followed a recreated topic)."""
+        held = self.delivered
+        return [
+            replace(r, incarnation=held[r.key].incarnation)
+            if r.key in held and held[r.key].incarnation > r.incarnation
+            else r
+            for r in routes
+        ]
 
 
 def at_destination(
@@ -151,6 +171,7 @@ def at_destination(
     Several source partitions may feed one destination partition (a fixed partition, or two
     topics into one); the scan goes back until it has seen each of them or reached the start.
     """
+    routes = list(routes)
     feeders: dict[tuple[str, int], set[SourcePartition]] = defaultdict(set)
     for route in routes:
         feeders[(route.target_topic, route.target_partition)].add(route.key)
@@ -164,6 +185,9 @@ def at_destination(
     for dest, batches in found_tails.items():
         found.update(delivered_in(batches, feeders[dest]))
         unsettled |= unsettled_in(batches, feeders[dest])
+    # the copies of an earlier incarnation than the route's say nothing of where it resumes
+    incarnations = {route.key: route.incarnation for route in routes}
+    found = {k: d for k, d in found.items() if d.incarnation >= incarnations[k]}
     return AtDestination(found, frozenset(unsettled), found_tails, dict(feeders))
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 # the record path stamps it (relay.pipelines.kafka_target); one name for both forms
 from relay.batches.provenance import PROVENANCE_HEADER as PROVENANCE_HEADER
+from relay.batches.provenance import origin_topic
 from relay.filters import FilterSpec
 
 SourcePartition = tuple[str, int]  # (source topic, partition)
@@ -27,10 +28,18 @@ class PartitionRoute:
     partition: int
     target_topic: str
     target_partition: int
+    # how many times the source topic was followed into the same destination after it was
+    # deleted and created again (relay.batches.provenance: the header's `~n`)
+    incarnation: int = 0
 
     @property
     def key(self) -> SourcePartition:
         return (self.topic, self.partition)
+
+    @property
+    def origin(self) -> SourcePartition:
+        """(topic as the provenance header names it, partition): this incarnation's copies."""
+        return (origin_topic(self.topic, self.incarnation), self.partition)
 
 
 @dataclass(frozen=True)

@@ -303,7 +303,7 @@ def copies_in(batch: SourceBatch, source: SourcePartition) -> list[Pair]:
     """(destination offset, source offset) of each record of `batch` copied from `source`."""
     pairs: list[Pair] = []
     for provenance, record in origins(batch):
-        if (provenance.topic, provenance.partition) != source:
+        if provenance.origin != source:  # another source partition, or incarnation
             continue
         if not provenance.batch:
             pairs.append((record.offset, provenance.last))

@@ -13,6 +13,12 @@ Header `ktm.src`, two forms (the rule that reads them is in `relay.resume`):
 The cluster is ktm's name for the source in its config. Topic names cannot hold '/'; the cluster
 is split off from the right so that it may.
 
+The topic may end in `~<n>` (n >= 1), a character no topic name holds: the **incarnation**, how
+many times ktm followed the source topic into the same destination after it was deleted and
+created again under its name (`[source_pool].on_recreate = "follow"`). Each incarnation's
+offsets start over, so a copy's records are named by (topic, incarnation, partition, offset);
+the first incarnation, and every copy made without following, writes no suffix.
+
 The header of a hop is the *last* `ktm.src` header of its record: a record relayed twice (A to B
 to C) keeps the first hop's header before this hop's. Inside a batch-form destination batch,
 records other than the last may carry an *earlier hop's* header as their last one; a reader
@@ -31,14 +37,42 @@ from relay.batches.records import Decoded, decode_batch, encode_header
 PROVENANCE_HEADER = "ktm.src"  # the same name as relay.spec.PROVENANCE_HEADER
 
 Runs = tuple[tuple[int, int], ...]  # (first, last) source offsets, inclusive, ascending
+INCARNATION = "~"  # no topic name holds it: Kafka allows [a-zA-Z0-9._-] only
+
+
+COMMIT_MARK = "ktm.incarnation="  # the relay group's commit metadata of a later incarnation
+
+
+def commit_mark(incarnation: int) -> str:
+    """The metadata a commit of a source partition carries: its incarnation, after the first
+    (a restart then knows a topic was followed before any copy of the new one was written)."""
+    return f"{COMMIT_MARK}{incarnation}" if incarnation else ""
+
+
+def marked_incarnation(metadata: str | None) -> int:
+    """The incarnation a commit's metadata names (0: none, as every commit before following)."""
+    if metadata and metadata.startswith(COMMIT_MARK) and metadata[len(COMMIT_MARK) :].isdigit():
+        return int(metadata[len(COMMIT_MARK) :])
+    return 0
+
+
+def origin_topic(topic: str, incarnation: int) -> str:
+    """The topic as a header names it: the source topic, and its incarnation after the first."""
+    return f"{topic}{INCARNATION}{incarnation}" if incarnation else topic
 
 
 class Provenance(NamedTuple):
     cluster: str
-    topic: str
+    topic: str  # the source topic, without its incarnation
     partition: int
     runs: Runs
     batch: bool = True  # the batch form; False: one record's own offset (the record form)
+    incarnation: int = 0
+
+    @property
+    def origin(self) -> tuple[str, int]:
+        """(topic as the header names it, partition): one incarnation of a source partition."""
+        return origin_topic(self.topic, self.incarnation), self.partition
 
     @property
     def first(self) -> int:
@@ -83,10 +117,12 @@ def provenance_header(
 def parse_provenance(value: bytes) -> Provenance | None:
     """A header value of either form, None if it is not ktm's."""
     try:
-        cluster, topic, partition, offsets = value.decode().rsplit("/", 3)
+        cluster, named, partition, offsets = value.decode().rsplit("/", 3)
+        topic, incarnation = split_origin(named)
         if "-" not in offsets:
             offset = int(offsets)
-            return Provenance(cluster, topic, int(partition), ((offset, offset),), False)
+            return Provenance(cluster, topic, int(partition), ((offset, offset),), False,
+                              incarnation)  # fmt: skip
         runs = []
         previous = -1
         for run in offsets.split(","):
@@ -95,9 +131,20 @@ def parse_provenance(value: bytes) -> Provenance | None:
                 return None
             runs.append((low, high))
             previous = high
-        return Provenance(cluster, topic, int(partition), tuple(runs))
+        return Provenance(cluster, topic, int(partition), tuple(runs), True, incarnation)
     except (UnicodeDecodeError, ValueError):
         return None
+
+
+def split_origin(named: str) -> tuple[str, int]:
+    """('orders', 2) of 'orders~2'; ValueError where the suffix is not a number above 0."""
+    topic, mark, number = named.partition(INCARNATION)
+    if not mark:
+        return topic, 0
+    incarnation = int(number)
+    if incarnation < 1 or str(incarnation) != number:
+        raise ValueError(named)
+    return topic, incarnation
 
 
 def last_provenance(headers: Iterable[tuple[str, bytes | None]]) -> Provenance | None:

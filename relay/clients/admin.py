@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +34,7 @@ from kafka.errors import (
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
+from relay.batches.provenance import marked_incarnation
 from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.kept import kept
 from relay.clients.login import check_login, login_problem
@@ -256,12 +257,36 @@ END_RETRY_PAUSE = 0.05  # seconds: a leader moving or metadata refreshing, bound
 
 
 def committed_offsets(
-    cluster: ClusterConfig, group_id: str, tps: list[TP], timeout: float
+    cluster: ClusterConfig,
+    group_id: str,
+    tps: list[TP],
+    timeout: float,
+    incarnations: Mapping[TP, int] | None = None,
 ) -> dict[TP, int | None]:
     """A consumer group's committed offset of each partition (None if never): one OffsetFetch
-    for the whole group (a request per partition costs seconds with hundreds of them)."""
-    offsets = groups_committed(cluster, [group_id], timeout)[group_id]
-    return {tp: offsets.get(tp) for tp in tps}
+    for the whole group (a request per partition costs seconds with hundreds of them).
+    `incarnations`: a commit whose metadata names another incarnation of its topic than the
+    one given (relay.batches.provenance) is one of a topic since deleted: None."""
+    marks = committed_marks(cluster, group_id, timeout)
+    found: dict[TP, int | None] = {}
+    for tp in tps:
+        offset, incarnation = marks.get(tp, (None, 0))
+        wanted = incarnation if incarnations is None else incarnations.get(tp, 0)
+        found[tp] = offset if incarnation == wanted else None
+    return found
+
+
+def committed_marks(
+    cluster: ClusterConfig, group_id: str, timeout: float
+) -> dict[TP, tuple[int, int]]:
+    """Every committed (offset, incarnation its metadata names) of a group."""
+    with admin_client(cluster, timeout) as admin:
+        found = admin.list_group_offsets({group_id: None}).get(group_id) or {}
+    return {
+        (tp.topic, tp.partition): (meta.offset, marked_incarnation(meta.metadata))
+        for tp, meta in found.items()
+        if meta.offset is not None and meta.offset >= 0
+    }
 
 
 def health_end_offsets(
@@ -435,13 +460,21 @@ class GroupHasMembers(Exception):
 
 
 def commit_group(
-    cluster: ClusterConfig, group: str, offsets: dict[TP, int], timeout: float
+    cluster: ClusterConfig,
+    group: str,
+    offsets: dict[TP, int],
+    timeout: float,
+    marks: Mapping[TP, str] | None = None,
 ) -> None:
     """Commit offsets for a consumer group (that has no active member) on a cluster, through
     the admin client (kept while a cache is in use): a consumer made for each group cost a
     bootstrap per group, 10 of the 13 s of a sync of 200 groups. GroupHasMembers when the
     broker refuses because the group has members after all (one joined since it was asked)."""
-    commits = {TopicPartition(*tp): OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()}
+    marks = marks or {}
+    commits = {
+        TopicPartition(*tp): OffsetAndMetadata(o, marks.get(tp, ""), -1)
+        for tp, o in offsets.items()
+    }
     deadline = time.monotonic() + timeout
     while True:
         with admin_client(cluster, timeout) as admin:

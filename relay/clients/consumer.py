@@ -48,6 +48,9 @@ class GroupReader:
         never_create_topics(self._consumer)
         self._tps: dict[TP, TopicPartition] = {}
         self.losses: list[Loss] = []  # found by polls, not yet taken by the task
+        # each commit's metadata, by partition: a followed topic's incarnation
+        # (relay.batches.provenance.commit_mark); set by whoever assigns
+        self.commit_marks: dict[TP, str] = {}
         self._closed = False
 
     def assign(self, starts: Mapping[TP, int]) -> None:
@@ -134,7 +137,10 @@ class GroupReader:
             self._consumer.commit_async(self._offsets(offsets), callback=callback)
 
     def _offsets(self, offsets: Mapping[TP, int]) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {self._tps[k]: OffsetAndMetadata(o, "", -1) for k, o in offsets.items()}
+        marks = self.commit_marks
+        return {
+            self._tps[k]: OffsetAndMetadata(o, marks.get(k, ""), -1) for k, o in offsets.items()
+        }
 
     def close(self) -> None:
         if not self._closed:

@@ -19,6 +19,7 @@ from relay.config.readers import (
     ON_ERROR,
     ON_LOSS,
     ON_MISMATCH,
+    ON_RECREATE,
     SEGMENT_COMPRESSIONS,
     SEGMENT_FORMATS,
     Secret,
@@ -191,6 +192,10 @@ class SourcePoolConfig:
     # Source records deleted (retention) before they were read: "warn" goes on at the log start,
     # counting them; "stop" halts the partition there (relay.losses).
     on_loss: str = field(default="warn", metadata=_reads(_choice, choices=ON_LOSS))
+    # A source topic deleted and created again under its name while relayed: "stop" halts its
+    # partitions where they were copied up to; "follow" copies the new topic from its log start
+    # into the same destination, its copies named by a new incarnation (relay.batches.provenance).
+    on_recreate: str = field(default="stop", metadata=_reads(_choice, choices=ON_RECREATE))
     # Records of aborted and still-open source transactions: "read_committed" never copies them
     # (an open one's records wait until it commits), "read_uncommitted" copies every record.
     # Every read of a [[sources]] cluster (relay, backup, verify, check) uses it.

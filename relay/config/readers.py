@@ -23,6 +23,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 ON_ERROR = ("stop", "skip")
 ON_MISMATCH = ("stop", "continue")
 ON_LOSS = ("warn", "stop")  # relay.losses
+ON_RECREATE = ("stop", "follow")  # relay.pipelines.recreated
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 TOP_LEVEL_KEYS = (
     "app", "spark", "topics", "discover", "groups", "sources", "source_pool", "target",

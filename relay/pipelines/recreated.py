@@ -45,9 +45,10 @@ class RecreatedTopics:
     ):
         self.interval, self.timeout, self.read, self.clock = interval, timeout, read, clock
         self._spawn = spawn
-        self._ids: dict[str, dict[str, str]] = {}  # node: topic: the first ID seen
-        self._reported: set[str] = set()
+        self._ids: dict[str, dict[str, str]] = {}  # node: topic: the ID last seen
         self._next = 0.0
+        self.started = 0  # looks started, numbered from 1
+        self.done = 0  # the number of the latest look that ended with an answer
         self._look: threading.Thread | None = None
         self._lock = threading.Lock()
         # node: topic: the line, found by looks and not yet returned
@@ -56,23 +57,27 @@ class RecreatedTopics:
         self._clients = ClientCache()
 
     def check(self, node: ClusterConfig, topics: Iterable[str]) -> list[tuple[str, str]]:
-        """Topics whose ID on `node` changed since first seen, each once, with the line saying
-        it, as far as the looks that ended know; starts a look (one Metadata request) at most
+        """Topics whose ID on `node` changed since last seen, each change once, with the line
+        saying it, as far as the looks that ended know; starts a look (one Metadata request) at most
         once per interval, never while one is under way, and never waits for it."""
         now = self.clock()
         if now >= self._next and (self._look is None or not self._look.is_alive()):
             self._next = now + self.interval
-            wanted = sorted(topics)
-            self._look = self._spawn(lambda: self._look_once(node, wanted))
+            wanted, self.started = sorted(topics), self.started + 1
+            number = self.started
+            self._look = self._spawn(lambda: self._look_once(node, wanted, number))
         # only what the node relayed from now found: a look started before a failover may end
         # after it, and a recreated topic on a node ktm left must halt nothing
         with self._lock:
-            found = sorted(self._found.pop(node.name, {}).items())
-        found = [(topic, line) for topic, line in found if topic not in self._reported]
-        self._reported.update(topic for topic, _ in found)
-        return found
+            return sorted(self._found.pop(node.name, {}).items())
 
-    def _look_once(self, node: ClusterConfig, topics: list[str]) -> None:
+    def look_soon(self) -> int:
+        """The next `check` starts a look, unless one is under way; the number the next look
+        will have (it ended once `done` reaches it)."""
+        self._next = 0.0
+        return self.started + 1
+
+    def _look_once(self, node: ClusterConfig, topics: list[str], number: int) -> None:
         try:
             with self._clients.use():
                 ids = self.read(node, topics, self.timeout)
@@ -81,12 +86,14 @@ class RecreatedTopics:
             return
         seen = self._ids.setdefault(node.name, {})
         for topic, ident in sorted(ids.items()):
-            first = seen.setdefault(topic, ident)
+            first, seen[topic] = seen.get(topic, ident), ident
             if first != ident:
                 with self._lock:
                     self._found.setdefault(node.name, {})[topic] = _line(
                         topic, node.name, first, ident
                     )
+        with self._lock:
+            self.done = max(self.done, number)
 
     def close(self) -> None:
         """A look still waiting on a cluster keeps its client: closing it under the look would
@@ -101,7 +108,5 @@ class RecreatedTopics:
 def _line(topic: str, node: str, old: str, new: str) -> str:
     return (
         f"source topic {topic} on {node} was deleted and created again: its topic ID was {old}, "
-        f"now {new}; its offsets start over, so its partitions halt where they were copied up "
-        "to (copying the new topic into the same destination would repeat offsets the copy "
-        "holds)"
+        f"now {new}; its offsets start over"
     )

@@ -69,6 +69,12 @@ class FromSources(Pipeline):
         self.pool.switch(decision)
         return True
 
+    def look_again(self) -> int:
+        return self.recreations.look_soon()
+
+    def looked(self) -> int:
+        return self.recreations.done
+
     def recreated(self) -> list[tuple[str, str]]:
         topics = {route.topic for route in getattr(self, "routes", [])}
         return self.recreations.check(self.pool.active, topics) if topics else []

@@ -16,6 +16,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +110,10 @@ def test_a_reader_below_the_log_start_reports_the_deleted_offsets_and_goes_on(
         assert got[0].offset == 12
 
 
-def commit_at(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
+def commit_at(bootstrap: str, topic: str, offsets: dict[int, int], group: str = GROUP) -> None:
     """What a relay that copied up to these offsets and then stopped leaves on the source: the
     group's committed offsets (the resume point when the destination names none)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=GROUP,
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                              enable_auto_commit=False)  # fmt: skip
     try:
         consumer.commit({TopicPartition(topic, p): OffsetAndMetadata(o, "", -1)
@@ -281,26 +282,16 @@ def test_a_source_topic_recreated_under_a_relay_halts_its_partition(
     bootstrap = source_broker.bootstrap
     src = create_topic(bootstrap, unique_topic("recreate-src"), partitions=1)
     dst = create_topic(target_broker.bootstrap, unique_topic("recreate-dst"), partitions=1)
-    conf = write_config(tmp_path / "c.toml", source=bootstrap, target=target_broker.bootstrap,
-                        topics={src: dst})  # fmt: skip
-    # the topic is missing for a moment: the source side retries until it is back
-    pool = '[source_pool]\nhealthcheck_interval = "500ms"\nmax_retries = -1'
-    conf.write_text(conf.read_text().replace("[source_pool]\nmax_retries = 1", pool))
+    conf = recreating(tmp_path / "c.toml", bootstrap, target_broker.bootstrap, src, dst)
     fill(bootstrap, src, 1, 50)
     relay = Background(conf, failover=False)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        wait_until(lambda: relay.produced() >= 50, 60, "50 records are copied")
-        time.sleep(1.5)  # a health check has seen the first topic ID
-        admin.delete_topics([src])
-        wait_until(lambda: src not in admin.list_topics(), 30, "the topic is gone")
-        create_topic(bootstrap, src, partitions=1)
+        recreate(bootstrap, src, 1, lambda: relay.produced() >= 50)
         fill(bootstrap, src, 1, 10)
         halts = relay.relay.status.halts
         wait_until(lambda: bool(halts.all()) and bool(id_lines(caplog, src)), 30,
                    "the partition halts and the ID line is said")  # fmt: skip
     finally:
-        admin.close()
         relay.finish()
     (halt,) = halts.all()
     assert (halt.route.key, halt.offset) == ((src, 0), 50)
@@ -316,6 +307,78 @@ def test_a_source_topic_recreated_under_a_relay_halts_its_partition(
     else:
         assert halt.reason == f"source topic {src} was recreated" and lost in (None, 40.0, 50.0)
     assert copied_offsets(target_broker.bootstrap, dst) == {0: list(range(50))}
+
+
+def test_a_recreated_topic_followed_is_copied_again_from_its_start_into_the_same_destination(
+    source_broker: Any, target_broker: Any, spark: Any, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """`on_recreate = "follow"`: a relay copied offsets 0-29 of each of 2 partitions; the topic
+    is deleted and created again, empty, then gets 40 records a partition. Within a health check
+    the relay follows it (a fetch may first find the new log ended below the copy and halt the
+    partition: following lifts that): the destination holds the 30 old copies, then the 40 new
+    ones named `topic~1`. A consumer group at offset 10 of the new topic is carried over to the
+    destination at 40 (after the old copies). A restart copies nothing again; `ktm verify`
+    compares the new incarnation exact and counts the old copies apart."""
+    bootstrap = source_broker.bootstrap
+    src = create_topic(bootstrap, unique_topic("follow-src"), partitions=2)
+    dst = create_topic(target_broker.bootstrap, unique_topic("follow-dst"), partitions=2)
+    app = unique_topic("follow-app")
+    groups = f'\n[groups]\ninclude = ["{app}"]\ninterval = "1s"\n'
+    conf = recreating(tmp_path / "c.toml", bootstrap, target_broker.bootstrap, src, dst,
+                      'on_recreate = "follow"', groups)  # fmt: skip
+    fill(bootstrap, src, 2, 30)
+    relay = Background(conf, failover=False)
+    try:
+        recreate(bootstrap, src, 2, lambda: relay.produced() >= 60)
+        wait_until(lambda: all(r.incarnation == 1 for r in relay.relay.routes), 30,
+                   "the relay follows the new topic")  # fmt: skip
+        fill(bootstrap, src, 2, 40, first=100)
+        wait_until(lambda: relay.produced() >= 140, 60, "the new topic is copied")
+        commit_at(bootstrap, src, {0: 10, 1: 10}, group=app)
+        target = target_broker.bootstrap
+        wait_until(lambda: committed_offsets(target, app, dst, 2) == {0: 40, 1: 40}, 30,
+                   "the group is carried over into the new incarnation's copies")  # fmt: skip
+    finally:
+        relay.finish()
+    assert relay.error is None and relay.relay.status.halts.all() == ()
+    labels = {"source_topic": src, "source_partition": "0", "cause": "truncated"}
+    # a fetch finding the new log shorter than the copy is no loss once the IDs explain it
+    assert relay.metrics.registry.get_sample_value("ktm_source_records_lost_total", labels) is None
+    assert any("following it" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    held = read_all(target_broker.bootstrap, dst)
+    copies = attributed([record for p in sorted(held) for record in held[p]])
+    for partition in (0, 1):
+        mine = [(c.topic, c.offset) for c in copies if c.partition == partition]
+        assert mine == [(src, o) for o in range(30)] + [(f"{src}~1", o) for o in range(40)]
+    summary, _ = relay_once(conf)  # a restart: the incarnation is read back, nothing copied
+    assert summary.relayed == 0 and not summary.halted
+    reports = verify_once(conf, spark)
+    assert [(r.exact, r.compared, r.earlier) for r in reports] == [(True, 40, 30)] * 2
+
+
+def recreating(
+    path: Path, source: str, target: str, src: str, dst: str, pool: str = "", extra: str = ""
+) -> Path:
+    """A config relaying `src` while it is deleted and created again: the topic is missing for
+    a moment, and the source side retries until it is back."""
+    conf = write_config(path, source=source, target=target, topics={src: dst}, extra=extra)
+    pool = f'[source_pool]\nhealthcheck_interval = "500ms"\nmax_retries = -1\n{pool}'
+    conf.write_text(conf.read_text().replace("[source_pool]\nmax_retries = 1", pool.rstrip()))
+    return conf
+
+
+def recreate(bootstrap: str, topic: str, partitions: int, copied: Callable[[], bool]) -> None:
+    """Once the relay `copied` what it should, delete the topic and create it again, empty."""
+    wait_until(copied, 60, "the first records are copied")
+    time.sleep(1.5)  # a health check has seen the first topic ID
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([topic])
+        wait_until(lambda: topic not in admin.list_topics(), 30, "the topic is gone")
+    finally:
+        admin.close()
+    create_topic(bootstrap, topic, partitions=partitions)
 
 
 def id_lines(caplog: pytest.LogCaptureFixture, topic: str) -> list[str]:

@@ -142,3 +142,26 @@ def test_records_the_source_holds_twice_make_it_stand_too_early_never_too_late(
             copied(source(1, 1), B, 106)]  # fmt: skip
     stands, _, _ = settle(monkeypatch, tail, {A: a, B: source(1, 1)}, {})
     assert stands == {A: 6}
+
+
+def test_a_later_incarnation_resumes_after_its_own_copies_not_the_earlier_ones() -> None:
+    """A destination partition holds source t[0] copied up to offset 49, then (the topic
+    deleted, recreated and followed) its next incarnation's offsets 0-9: t[0] resumes at 10 of
+    incarnation 1, though the earlier one's offsets are higher; a route still at incarnation 0
+    learns it is behind."""
+    from relay.batches.provenance import origin_topic
+    from relay.spec import PartitionRoute
+
+    old = copied(source(0, 50), A, 0)
+    new_records = [r._replace(offset=o) for o, r in enumerate(source(0, 10))]
+    runs = format_runs("src", origin_topic("t", 1), 0, [(0, 9)])
+    copies = [Rec(50 + i, r.timestamp, r.key, r.value,
+                  r.headers + ([("ktm.src", runs)] if i == 9 else []))
+              for i, r in enumerate(new_records)]  # fmt: skip
+    batches = split_batches(old + make_batch(copies, producer=(3, 0, 50)))[0]
+    found = delivered_in(batches, {A})
+    assert (found[A].next_offset, found[A].incarnation) == (10, 1)
+    at = AtDestination(found, frozenset(), {DEST: batches}, {DEST: {A}})
+    (route,) = at.later([PartitionRoute("t", 0, "d", 0)])
+    assert (route.incarnation, route.origin) == (1, ("t~1", 0))
+    assert at.later([route]) == [route]

@@ -382,3 +382,22 @@ def test_a_stop_offset_leaves_out_the_records_at_and_after_it() -> None:
     # a whole batch before the stop is copied as it is
     copied = rebuild(batches[:1], 0, ORIGIN, stop=10, budget=1024).batches
     assert [d.copied for d in copied] == [True]
+
+
+def test_a_followed_topics_incarnation_travels_in_the_headers_topic() -> None:
+    """`[source_pool].on_recreate = "follow"`: copies of a recreated topic's n-th incarnation
+    name `topic~n`; the first incarnation names no suffix, as every copy before following."""
+    from relay.batches.provenance import commit_mark, marked_incarnation, origin_topic
+
+    later = parse_provenance(format_runs("src", origin_topic("orders", 2), 1, [(0, 4)]))
+    assert later == Provenance("src", "orders", 1, ((0, 4),), True, 2)
+    assert later is not None and later.origin == ("orders~2", 1)
+    first = parse_provenance(format_runs("src", origin_topic("orders", 0), 1, [(0, 4)]))
+    assert first is not None and (first.incarnation, first.origin) == (0, ("orders", 1))
+    record = parse_provenance(b"src/orders~1/3/41")
+    assert record == Provenance("src", "orders", 3, ((41, 41),), False, 1)
+    for bad in (b"src/orders~0/1/0-4", b"src/orders~x/1/0-4", b"src/orders~01/1/0-4",
+                b"src/orders~/1/0-4"):  # fmt: skip
+        assert parse_provenance(bad) is None
+    assert [marked_incarnation(commit_mark(n)) for n in (0, 1, 12)] == [0, 1, 12]
+    assert commit_mark(0) == "" and marked_incarnation("someone else's") == 0

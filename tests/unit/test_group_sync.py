@@ -75,7 +75,9 @@ class FakeAdmin:
         found = self.on_source if cluster is SOURCE else self.on_target
         return {g: dict(found.get(g, {})) for g in groups}
 
-    def committed_offsets(self, cluster: Any, group: str, keys: Any, timeout: float) -> dict:
+    def committed_offsets(
+        self, cluster: Any, group: str, keys: Any, timeout: float, incarnations: Any = None
+    ) -> dict:
         return {k: self.relay.get(k) for k in keys}
 
     def group_members(self, cluster: Any, group: str, timeout: float) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -80,13 +80,15 @@ class FakeEngine:
 
     slots = 2
 
-    def __init__(self, respond: Callable[[list[Spec]], list[GroupResult]]):
-        self.respond = respond
+    def __init__(
+        self, respond: Callable[[list[Spec]], list[GroupResult]], job: type[FakeJob] = FakeJob
+    ):
+        self.respond, self.job = respond, job
         self.rounds: list[list[Spec]] = []
 
     def submit(self, round_id: int, tasks: list[Spec], sides: object) -> FakeJob:
         self.rounds.append(tasks)
-        return FakeJob(self.respond(tasks))
+        return self.job(self.respond(tasks))
 
     def refresh_slots(self) -> None:
         pass
@@ -206,8 +208,9 @@ def runner(
     respond: Callable[[list[Spec]], list[GroupResult]],
     pipeline: FakePipeline,
     owned: list[tuple[str, int]] = KEYS,
+    job: type[FakeJob] = FakeJob,
 ) -> tuple[Runner, FakeEngine]:
-    engine = FakeEngine(respond)
+    engine = FakeEngine(respond, job)
     run = Runner(config(), pipeline, stop_at_end=pipeline.stops is not None,
                  stop_event=threading.Event(), metrics=Metrics(),
                  backend=FakeBackend(engine))  # type: ignore[arg-type]  # fmt: skip
@@ -353,3 +356,119 @@ def test_without_stop_at_end_a_halted_partition_is_never_planned_again():
     assert planned == [KEYS, [("t", 1), ("t", 2), ("t", 3)]]  # t[0] reached its halt at 10
     healthy, detail = run.status.health()
     assert not healthy and "partition(s) halted: t[0] at offset 10 (-> t2[0])" in detail["reason"]
+
+
+LOST = "ktm_source_records_lost_total"
+TRUNCATED_AT_50 = TaskError(
+    "source", "source log truncated below what was copied: ...", retriable=False,
+    key=("t", 0), halt_at=50, lost=(0, 50, "truncated"),
+)  # fmt: skip
+
+
+class OnceSlowJob(FakeJob):
+    """A job still running at the first look: the runner watches it for one tick."""
+
+    def __init__(self, results: list[GroupResult]):
+        super().__init__(results)
+        self.looked = False
+
+    def wait(self, timeout: float) -> bool:
+        looked, self.looked = self.looked, True
+        return looked
+
+
+@dataclass
+class FollowingPipeline(FakePipeline):
+    """`on_recreate = "follow"`: topic t is found recreated once `recreation` is set."""
+
+    follows_recreated: bool = True
+    recreation: bool = False
+    followed: list[tuple[list[PartitionRoute], frozenset[tuple[str, int]]]] = field(
+        default_factory=list
+    )
+
+    looks: int = 0  # looks at the topics' IDs answered
+    asked: int = 0  # looks asked for at once
+    found_when_asked: bool = False  # the look a truncation asks for finds the recreation
+
+    def look_again(self) -> int:
+        self.asked += 1
+        self.recreation = self.recreation or self.found_when_asked
+        return self.looks + 1
+
+    def looked(self) -> int:
+        return self.looks
+
+    def recreated(self) -> list[tuple[str, str]]:
+        found, self.recreation = self.recreation, False
+        self.looks += 1
+        return [("t", "source topic t on c was deleted and created again")] if found else []
+
+    def follow(self, routes: list[PartitionRoute], owned: frozenset[tuple[str, int]]) -> Plan:
+        self.followed.append((list(routes), owned))
+        new = [replace(r, incarnation=r.incarnation + 1) for r in routes if r.partition < 3]
+        return Plan(new, {r.key: 0 for r in new}, {r.key: 7 for r in new}, None)
+
+
+@pytest.mark.parametrize("found_first", [True, False], ids=["id-look-first", "fetch-first"])
+def test_a_recreated_topic_followed_starts_over_at_its_log_start_as_its_next_incarnation(
+    found_first: bool,
+) -> None:
+    """on_recreate = "follow": t is found recreated while round 1 runs, and t[0]'s fetch finds
+    the new, shorter log truncated below the copy (before the look at the topic IDs, or after).
+    The round ends; round 2 relays t[0..2] from the new topic's log start under incarnation 1,
+    t[0]'s halt lifted and no loss counted; t[3], which the new topic lacks, halts where it was
+    copied up to."""
+    pipeline = FollowingPipeline(None, found_when_asked=not found_first)
+    stop = threading.Event()
+
+    def respond(tasks: list[Spec]) -> list[GroupResult]:
+        if tasks[0].round_id == 1:
+            pipeline.recreation = found_first
+            return [done(t, error=TRUNCATED_AT_50, upto=50) if holds(t, ("t", 0))
+                    else done(t, upto=50) for t in tasks]  # fmt: skip
+        if any(w.route.incarnation for t in tasks for w in t.works):
+            stop.set()  # the round after following: the last one this test needs
+        return [done(t, upto=5 if stop.is_set() else 50) for t in tasks]
+
+    run, engine = runner(respond, pipeline, job=OnceSlowJob)
+    run.stop_event = stop
+    run.prepare()
+    summary = run.run()
+    ((routes, owned),) = pipeline.followed
+    assert sorted(r.key for r in routes) == KEYS and owned == frozenset(KEYS)
+    works = {w.route.key: w for t in engine.rounds[-1] for w in t.works}
+    assert sorted(works) == KEYS[:3]
+    assert {(w.start, w.route.incarnation, w.route.origin[0]) for w in works.values()} == {
+        (0, 1, "t~1")
+    }
+    assert [(h["source_partition"], h["offset"]) for h in summary.halted] == [(3, 50)]
+    labels = {"source_topic": "t", "source_partition": "0"}
+    assert run.metrics.registry.get_sample_value("ktm_partitions_halted", labels) == 0
+    lost = {**labels, "cause": "truncated"}  # the recreation explains the truncation
+    assert run.metrics.registry.get_sample_value(LOST, lost) is None
+    assert {r.key: r.incarnation for r in run.routes} == {**dict.fromkeys(KEYS[:3], 1), KEYS[3]: 0}
+
+
+def test_following_a_truncation_no_recreation_explains_is_counted_lost_after_the_next_look():
+    """Following recreated topics, t[0]'s log is found truncated below the copy (an unclean
+    leader election, say): it halts, and the next look at the topics' IDs, which finds no
+    recreation, has the truncated offsets counted."""
+    pipeline = FollowingPipeline(None)
+    stop = threading.Event()
+
+    def respond(tasks: list[Spec]) -> list[GroupResult]:
+        if tasks[0].round_id == 1:
+            return [done(t, error=TRUNCATED_AT_50, upto=50) if holds(t, ("t", 0))
+                    else done(t, upto=50) for t in tasks]  # fmt: skip
+        stop.set()
+        return [done(t, upto=60) for t in tasks]
+
+    run, engine = runner(respond, pipeline, job=OnceSlowJob)
+    run.stop_event = stop
+    run.prepare()
+    summary = run.run()
+    assert pipeline.followed == [] and pipeline.asked == 1
+    labels = {"source_topic": "t", "source_partition": "0", "cause": "truncated"}
+    assert run.metrics.registry.get_sample_value(LOST, labels) == 50
+    assert [(h["source_partition"], h["offset"]) for h in summary.halted] == [(0, 50)]

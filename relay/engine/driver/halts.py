@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from relay.engine.metrics import Metrics, partition_label
@@ -79,3 +80,12 @@ class Halts:
     def all(self) -> tuple[Halt, ...]:
         with self._lock:
             return tuple(halt for _, halt in sorted(self._halts.items()))
+
+    def lift(self, keys: Iterable[SourcePartition]) -> None:
+        """The partitions relay again (a recreated topic followed: its new incarnation starts
+        over, and what halted the old one says nothing of it)."""
+        with self._lock:
+            lifted = [self._halts.pop(key) for key in keys if key in self._halts]
+        for halt in lifted:
+            label = partition_label(self.metrics, halt.route.partition)
+            self.metrics.halted.labels(halt.route.topic, label).dec()

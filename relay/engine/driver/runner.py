@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from relay.engine.driver.backend import SparkBackend
 from relay.engine.driver.groups import Groups, Load, group_index, plan_groups
 from relay.engine.driver.limits import Shares
 from relay.engine.driver.membership import Membership
+from relay.engine.driver.recreations import Recreations
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.engine.driver.rounds import TICK, Round, raise_for, settle
 from relay.engine.driver.sidecar import Sidecar, Sidecars
@@ -96,6 +98,7 @@ class Runner:
         self.shares = Shares(cfg.limits, metrics)  # this process's share of [limits]
         self._unsure = False  # tasks lost their lease: where their partitions stand is unknown
         self._gap_from: float | None = None
+        self.recreations = Recreations(pipeline, self.status)
         self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
         self._closed = False
         self._joined: Membership | None = None  # the group this runner joined (and leaves)
@@ -174,6 +177,7 @@ class Runner:
                 membership = self._join(self.routes)
                 membership.wait_assigned(self.stop_event)
             while not self.stop_event.is_set():
+                self._follow()
                 self._take_changes()
                 owned = self._owned()
                 todo = [r for r in self._pending() if owned is not None and r.key in owned]
@@ -181,7 +185,7 @@ class Runner:
                     if owned is not None and self._done():
                         break
                     self.pipeline.tick()  # chores go on while standing by
-                    self._halt_recreated()
+                    self.recreations.look(self.routes, self.stop_offsets)
                     self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
                     continue
                 for attempt in retrying(
@@ -190,6 +194,7 @@ class Runner:
                     with attempt:
                         self._round_once(todo, attempt.retry_state.attempt_number)
         finally:
+            self.recreations.confirm(math.inf)  # unexplained when the run ends: counted
             self._summarize()
             self.close()
         return self.summary
@@ -210,10 +215,12 @@ class Runner:
     def _pending(self) -> list[PartitionRoute]:
         """The partitions with records left to relay (a halted one: those before its halt)."""
         done = self.status.next_offsets()
+        following = self.recreations.waiting()
+        routes = [r for r in self.routes if r.key not in following]
         if not self.stop_at_end:
             halted = self.status.halts.offsets()
-            return [r for r in self.routes if done[r.key] < halted.get(r.key, done[r.key] + 1)]
-        return [r for r in self.routes if done[r.key] < self.stop_offsets[r.key]]
+            return [r for r in routes if done[r.key] < halted.get(r.key, done[r.key] + 1)]
+        return [r for r in routes if done[r.key] < self.stop_offsets[r.key]]
 
     def _done(self) -> bool:
         """--stop-at-end: every partition this process owns reached its stop offset."""
@@ -335,25 +342,22 @@ class Runner:
                 continue
             self.metrics.errors.labels("lost" if error.lost else "refused").inc()
             if error.lost is not None:  # the source lost records (relay.losses)
-                self.status.count_loss(error.key, error.lost)
+                self.recreations.count_loss(error.key, error.lost)
             self.status.halts.add(by_key[error.key], error.halt_at, error.message)
             stop = self.stop_offsets.get(error.key, error.halt_at)
             self.stop_offsets[error.key] = min(stop, error.halt_at)
             self._unsure = True  # its task's producer was dropped: where things stand is re-read
         return rest
 
-    def _halt_recreated(self) -> bool:
-        """A source topic deleted and created again (relay.pipelines.recreated): one ERROR line
-        naming both IDs, and each of its partitions halts where it was copied up to."""
-        found = self.pipeline.recreated()
-        nexts = self.status.next_offsets()
-        for topic, line in found:
-            log.error("%s", line)
-            for route in [r for r in self.routes if r.topic == topic]:
-                at = nexts[route.key]
-                self.status.halts.add(route, at, f"source topic {topic} was recreated")
-                self.stop_offsets[route.key] = min(self.stop_offsets.get(route.key, at), at)
-        return bool(found)
+    def _follow(self) -> None:
+        """Between rounds: recreated topics followed (relay.engine.driver.recreations)."""
+        routes = self.recreations.follow(
+            self.routes, self._owned, self.stop_offsets, self.stop_at_end
+        )
+        if routes is not None:
+            self.routes = routes
+        elif self.recreations.waiting():
+            self.stop_event.wait(TICK)  # the source did not answer: tried again next turn
 
     def _plan(self, todo: list[PartitionRoute], slots: int) -> Groups:
         rows = self.status.rows()
@@ -415,7 +419,7 @@ class Runner:
             self._gap_from = None
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
         self.pipeline.tick()
-        if self._halt_recreated():
+        if self.recreations.look(self.routes, self.stop_offsets):
             current.ask_to_stop("recreated", channel)
         reason = self._end_reason(current)
         if reason is not None:

@@ -98,7 +98,12 @@ class Startup:
         if on_routes is not None:
             on_routes(routes)
         tail = self.call("target", lambda: at_destination(target, routes, self.timeout))
-        found = tail.next_offsets
+        routes = self.incarnations(tail.later(routes))
+        found = {
+            r.key: tail.delivered[r.key].next_offset
+            for r in routes
+            if r.key in tail.delivered and tail.delivered[r.key].incarnation == r.incarnation
+        }
         self.call("source", lambda: self.pool.start([r.key for r in routes], found))
         points, offsets = self.resume(routes, found, tail)
         stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
@@ -118,9 +123,12 @@ class Startup:
         # Offsets read at different moments are compared below, so the source's end is read
         # LAST: the destination and the committed offsets (which another member may be moving
         # right now) can then never be past it unless the topic really was recreated.
+        incarnations = {r.key: r.incarnation for r in routes}
         committed = self.call(
             "source",
-            lambda: admin.committed_offsets(source, self.cfg.app.group_id, keys, self.timeout),
+            lambda: admin.committed_offsets(
+                source, self.cfg.app.group_id, keys, self.timeout, incarnations
+            ),
         )
         unsettled: frozenset[SourcePartition] = frozenset()
         if tail is not None and tail.unsettled:
@@ -130,6 +138,21 @@ class Startup:
             found = {**found, **{k: max(v, found.get(k, v)) for k, v in stands.items()}}
         offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
         return resume_points(routes, offsets, found, committed, unsettled), offsets
+
+    def incarnations(self, routes: list[PartitionRoute]) -> list[PartitionRoute]:
+        """Following recreated topics, `routes` at the incarnation the relay group's commits
+        name where that is later: ktm followed a topic and stopped before it copied any of the
+        new one (the commit is made before the first copy: relay.pipelines.recreated)."""
+        if self.cfg.source_pool.on_recreate != "follow":
+            return routes
+        source, group = self.pool.active, self.cfg.app.group_id
+        marks = self.call("source", lambda: admin.committed_marks(source, group, self.timeout))
+        return [
+            dataclasses.replace(r, incarnation=marks[r.key][1])
+            if r.key in marks and marks[r.key][1] > r.incarnation
+            else r
+            for r in routes
+        ]
 
     def fit(self, topics: Iterable[str]) -> Fitted:
         """[target] as the tasks use it, and what the destination topics refuse for good

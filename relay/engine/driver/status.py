@@ -313,6 +313,26 @@ class Status:
         self.metrics.round_duration.observe(wall)
         self.metrics.rounds.labels(reason).inc()
 
+    def follow(
+        self,
+        routes: Sequence[PartitionRoute],
+        next_offsets: dict[SourcePartition, int],
+        ends: dict[SourcePartition, int],
+    ) -> None:
+        """Partitions of a recreated topic start over at the new topic's log start, as a new
+        incarnation (relay.pipelines.recreated): their rows take the new routes, offsets and
+        ends (--stop-at-end: the new end is where they stop), keep what they counted, and
+        their halts are lifted."""
+        with self._lock:
+            for route in routes:
+                key, row = route.key, self._rows[route.key]
+                stop = ends.get(key) if row.stop is not None else None
+                self._rows[key] = replace(row, route=route, next_offset=next_offsets[key],
+                                          end=ends.get(key), stop=stop, pinned_at=None)  # fmt: skip
+                self._unsure.pop(key, None)
+        self.halts.lift(route.key for route in routes)
+        self._publish([route.key for route in routes])
+
     def advance(self, key: SourcePartition, next_offset: int, ours: bool = False) -> bool:
         """Move a next offset forward (the destination holds more than was acknowledged: a
         resync after a failure, or a failover); never back, and never past a hole (the tail is

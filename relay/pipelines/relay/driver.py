@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from relay.attribution import attribute
+from relay.batches.provenance import commit_mark
 from relay.clients import admin
 from relay.config import Config
 from relay.engine.driver.status import Status
@@ -35,6 +37,7 @@ from relay.resume import (
     at_destination,
     delivered,
     destination_next_offsets,
+    source_offsets,
     warn_unsettled,
 )
 from relay.retention import AtRisk
@@ -81,6 +84,7 @@ class RelayPipeline(FromSources):
         self._discovery = threading.Thread(target=self._discover, name="ktm-discovery",
                                            daemon=True)  # fmt: skip
         self._follow = False  # look for new topics and partitions (not with --stop-at-end)
+        self.follows_recreated = cfg.source_pool.on_recreate == "follow"
         self.at_risk: list[AtRisk] = []  # destination topics whose retention deletes copies
 
     def bind(self, status: Status) -> None:
@@ -190,6 +194,35 @@ class RelayPipeline(FromSources):
             self.group_topics = sorted({r.target_topic for r in self.routes})
         self.pool.monitor.keys = [r.key for r in self.routes]
         return plan
+
+    def follow(self, routes: list[PartitionRoute], owned: frozenset[SourcePartition]) -> Plan:
+        """See Pipeline.follow. The commit comes before any copy of the new topic: a restart
+        in between then resumes the new incarnation at its log start, not where the old one
+        was copied up to (relay.engine.driver.setup: incarnations)."""
+        source, group = self.pool.active, self.cfg.app.group_id
+        topics = sorted({r.topic for r in routes})
+        counts = self.startup.call(
+            "source", lambda: admin.partition_counts(source, topics, self.timeout)
+        )
+        new = [
+            replace(r, incarnation=r.incarnation + 1)
+            for r in routes
+            if r.partition < counts.get(r.topic, 0)
+        ]
+        offsets = self.startup.call("source", lambda: source_offsets(source, new, self.timeout))
+        nexts = {r.key: offsets.begin[r.key] for r in new}
+        mine = {r.key: nexts[r.key] for r in new if r.key in owned}
+        marks = {r.key: commit_mark(r.incarnation) for r in new}
+        if mine:
+            self.startup.call(
+                "source", lambda: admin.commit_group(source, group, mine, self.timeout, marks)
+            )
+        followed = {r.key: r for r in new}
+        with self._lock:
+            self.routes = [followed.get(r.key, r) for r in self.routes]
+        named = ", ".join(sorted({f"{r.topic} (incarnation {r.incarnation})" for r in new}))
+        log.info("following %d partition(s) of recreated %s from their log start", len(new), named)
+        return Plan(new, nexts, dict(offsets.end), None)
 
     def group_plan(self) -> list[GroupResult]:
         """What a sync would commit now (ktm check)."""

@@ -4,6 +4,7 @@ provenance and written whole to the destination (relay.pipelines.kafka_target)."
 from __future__ import annotations
 
 from relay.batches import Origin, codecs
+from relay.batches.provenance import commit_mark
 from relay.clients.consumer import GroupReader
 from relay.engine.executor.sides import evict_reader, open_at_once, source_reader, warm_reader
 from relay.pipelines.kafka_target import KafkaTarget, KafkaWriter
@@ -22,10 +23,13 @@ class RelaySides(KafkaTarget):
 
     def reader(self) -> GroupReader:
         task = self.task
-        return source_reader(task.source, task.group_id, self.producer().takes_built, task.fetch)
+        reader = source_reader(task.source, task.group_id, self.producer().takes_built, task.fetch)
+        routes = [work.route for work in task.partitions]
+        reader.commit_marks = {r.key: commit_mark(r.incarnation) for r in routes if r.incarnation}
+        return reader
 
     def writer(self, work: PartitionWork, latencies: list[float]) -> KafkaWriter:
-        origin = Origin(self.task.source.name, work.route.topic, work.route.partition)
+        origin = Origin(self.task.source.name, *work.route.origin)
         target = self.target
         shape = (codecs.BY_NAME[target.compression], target.batch_size)
         return KafkaWriter(self.producer(), work.route, origin, latencies, shape,

@@ -94,6 +94,9 @@ class GroupSync:
         self._copies: dict[tuple[TP, SourcePartition, int], int] = {}
         self._seen: dict[tuple[TP, SourcePartition, int], int] = {}
         self._found: dict[tuple[TP, SourcePartition, int], int] = {}  # this sync's searches
+        # each source partition as its copies' provenance names it: a recreated topic followed
+        # into the same destination is searched among its current incarnation's copies only
+        self._origin: dict[SourcePartition, SourcePartition] = {}
         self._active: set[str] = set()
         self._next_sync = 0.0
         # woken every AGE_EVERY: the sync-age gauges move between syncs
@@ -123,6 +126,7 @@ class GroupSync:
         on_target = admin.groups_committed(self.target, groups, self.timeout)
         target_groups = admin.listed_groups(self.target, self.timeout)
         by_dest: dict[TP, list[SourcePartition]] = {}
+        self._origin = {route.key: route.origin for route in routes}
         for route in routes:
             by_dest.setdefault((route.target_topic, route.target_partition), []).append(route.key)
         wanted = sorted(
@@ -161,14 +165,14 @@ class GroupSync:
             for dest, keys in by_dest.items():
                 begin, end = bounds.get(dest, (0, 0))
                 for key in keys:
-                    committed = on_source[group].get(key)
-                    if committed is None or (dest, key, committed) in asks:
+                    committed, origin = on_source[group].get(key), self._origin[key]
+                    if committed is None or (dest, origin, committed) in asks:
                         continue
-                    known = self._copies.get((dest, key, committed))
+                    known = self._copies.get((dest, origin, committed))
                     if known is not None and begin <= known < end:
-                        self._seen[(dest, key, committed)] = known  # did not move: no search
+                        self._seen[(dest, origin, committed)] = known  # did not move: no search
                     else:
-                        asks[(dest, key, committed)] = (dest, key, committed, (begin, end))
+                        asks[(dest, origin, committed)] = (dest, origin, committed, (begin, end))
         found = translator.first_copies(list(asks.values()))
         self._found = dict(zip(asks, found, strict=True))
 
@@ -177,8 +181,9 @@ class GroupSync:
     ) -> dict[SourcePartition, int]:
         """Where the relay stands on each source partition: this process's acknowledged next
         offsets, or the relay group's commits (other processes relay the rest)."""
-        keys = [r.key for r in routes]
-        committed = admin.committed_offsets(source, self.cfg.app.group_id, keys, self.timeout)
+        keys, incarnations = [r.key for r in routes], {r.key: r.incarnation for r in routes}
+        group = self.cfg.app.group_id
+        committed = admin.committed_offsets(source, group, keys, self.timeout, incarnations)
         mine = self._progress()
         return {k: max(mine.get(k, -1), committed.get(k) or -1) for k in keys}
 
@@ -195,13 +200,14 @@ class GroupSync:
         (_, end), offset = bounds[dest], None
         for key, committed in sources:
             # A copy found once stays where it is: a group that did not move costs no search.
-            found = self._seen.get((dest, key, committed))
+            search = (dest, self._origin[key], committed)
+            found = self._seen.get(search)
             if found is None:
-                found = self._found[(dest, key, committed)]
+                found = self._found[search]
             if found == end and progress.get(key, -1) < committed:
                 return Translated(dest, None, end, before, sources)  # not relayed that far yet
             if found < end:
-                self._seen[(dest, key, committed)] = found
+                self._seen[search] = found
             offset = found if offset is None else min(offset, found)
         return Translated(dest, offset, end, before, sources)
 

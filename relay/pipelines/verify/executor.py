@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
+from relay.batches.provenance import split_origin
 from relay.batches.records import Decoded
 from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.tails import stream_range
@@ -114,7 +115,7 @@ def _checkers(
     for f, fs in zip(work.feeders, state.feeders, strict=True):
         kept = functools.partial(_kept, f.key, filters, skip) if filters else None
         records = source.expected(f, fs.cursor, task.scope, kept, keep_type)
-        checkers[f.key] = Checker(f, dest, records, task.scope, fs)
+        checkers[f.origin] = Checker(f, dest, records, task.scope, fs)
     return checkers
 
 
@@ -123,8 +124,9 @@ def _check(
     target: Side, deadline: float,
 ) -> tuple[WorkState, int]:  # fmt: skip
     """One destination partition against its feeders, from `state` on; records naming no
-    feeder are counted apart."""
+    feeder are counted apart, those of an earlier incarnation of a feeder's topic too."""
     stray, first_stray, position, read = state.stray, state.first_stray, state.dest_next, 0
+    earlier: dict[SourcePartition, int] = {}  # by the feeder's origin
     finished = True
     for chunk in target.found(work, position, task.scope, task.clusters):
         for item in chunk.records:
@@ -136,6 +138,8 @@ def _check(
                 checker = checkers.get(key) if key is not None else None
                 if checker is not None:
                     checker.claim(source_offset, dest_offset, copy, where)
+                elif (later := _later(key, checkers)) is not None:
+                    earlier[later] = earlier.get(later, 0) + 1
                 else:
                     stray += 1
                     first_stray = dest_offset if first_stray < 0 else first_stray
@@ -147,17 +151,43 @@ def _check(
     if finished and not task.follow:
         feeders = tuple(FeederState(c.finish(), f.end) for f, c in zip(work.feeders,
                         checkers.values(), strict=True))  # fmt: skip
-        return WorkState(position, _noted(feeders, notes), stray, first_stray, True), read
+        feeders = _noted(_earlier(feeders, work, earlier), notes)
+        return WorkState(position, feeders, stray, first_stray, True), read
     margin = 0 if task.follow else MARGIN
-    feeders = tuple(c.settle(margin) for c in checkers.values())
+    feeders = _earlier(tuple(c.settle(margin) for c in checkers.values()), work, earlier)
     return WorkState(position, _noted(feeders, notes), stray, first_stray), read
+
+
+def _later(
+    key: SourcePartition | None, checkers: dict[SourcePartition, Checker]
+) -> SourcePartition | None:
+    """The origin of the feeder whose topic `key` names in an earlier incarnation, if any."""
+    if key is None:
+        return None
+    topic, incarnation = split_origin(key[0])
+    for origin, checker in checkers.items():
+        if checker.feeder.key == (topic, key[1]) and checker.feeder.incarnation > incarnation:
+            return origin
+    return None
+
+
+def _earlier(
+    feeders: tuple[FeederState, ...], work: DestWork, counts: dict[SourcePartition, int]
+) -> tuple[FeederState, ...]:
+    """The feeders' reports with the copies of their topics' earlier incarnations counted."""
+    if not counts:
+        return feeders
+    return tuple(
+        replace(s, report=replace(s.report, earlier=s.report.earlier + counts.get(f.origin, 0)))
+        for f, s in zip(work.feeders, feeders, strict=True)
+    )
 
 
 def _claimed(item: BatchClaim, checkers: dict[SourcePartition, Checker]) -> list[Found]:
     """A destination batch compared whole where it copied a source batch whole (all but its
     last record: the claims left), record by record otherwise."""
     p = item.provenance
-    checker = checkers.get((p.topic, p.partition))
+    checker = checkers.get(p.origin)
     start = checker.claim_whole(item) if checker is not None else None
     if start is not None:
         return [_found(item.last_claim(start))]
@@ -166,7 +196,7 @@ def _claimed(item: BatchClaim, checkers: dict[SourcePartition, Checker]) -> list
 
 def _found(claim: Claim) -> Found:
     p = claim.provenance
-    named = (p.topic, p.partition) if p is not None else None
+    named = p.origin if p is not None else None
     return named, claim.source_offset, claim.dest_offset, claim.copy, ""
 
 

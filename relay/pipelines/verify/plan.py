@@ -143,7 +143,7 @@ def _kafka_works(
     feeders: dict[tuple[str, int], list[Feeder]] = defaultdict(list)
     for r in routes:
         feeders[(r.target_topic, r.target_partition)].append(
-            Feeder(r.key, src_begin[r.key], src_end[r.key])
+            Feeder(r.key, src_begin[r.key], src_end[r.key], r.incarnation)
         )
     return _dest_works(target, feeders, timeout)
 

@@ -26,6 +26,8 @@ def line(report: PartitionReport, scope: str = "") -> str:
     if report.deleted:
         notes.append(f"{report.deleted} deleted at the source before they were copied (below "
                      f"its log start, {report.start})")  # fmt: skip
+    if report.earlier:
+        notes.append(f"{report.earlier} copies of an earlier incarnation, not compared")
     tail = "".join(f"; {note}" for note in notes) + (f" [{scope}]" if scope else "")
     if report.not_verified:
         return f"{head}; NOT VERIFIED: {report.not_verified}{tail}"
@@ -46,6 +48,9 @@ def summary(reports: Sequence[PartitionReport], scope: str = "") -> str:
     tail = f"; {stray} destination records name no source" if stray else ""
     deleted = sum(r.deleted for r in checked)
     tail += f"; {deleted} deleted at the source before they were copied" if deleted else ""
+    earlier = sum(r.earlier for r in checked)
+    tail += (f"; {earlier} copies of a recreated source topic's earlier incarnation, not compared"
+             if earlier else "")  # fmt: skip
     return (
         f"verify: {len(checked)} partitions, {exact} exact, {differ} differ, {unverified} not "
         f"verified; {compared} records compared{tail}" + (f" [{scope}]" if scope else "")
@@ -94,6 +99,7 @@ def _as_dict(report: PartitionReport) -> dict[str, Any]:
         "faults": {kind: count for kind, count in report.counts},
         "notes": list(report.notes),
         "deleted_at_source": report.deleted,
+        "earlier": report.earlier,
         "first": {f.kind: {"source_offset": _none(f.source_offset),
                            "destination_offset": _none(f.dest_offset),
                            "segment": f.where or None} for f in report.first},

@@ -7,6 +7,7 @@ import functools
 import zlib
 from dataclasses import dataclass, field
 
+from relay.batches.provenance import origin_topic
 from relay.config import ClusterConfig, StoreConfig
 from relay.filters import FilterSpec
 from relay.spec import SourcePartition
@@ -79,6 +80,12 @@ class Feeder:
     key: SourcePartition
     start: int
     end: int
+    incarnation: int = 0  # of the source topic (relay.batches.provenance): its copies checked
+
+    @property
+    def origin(self) -> SourcePartition:
+        """The feeder as its copies' provenance names it."""
+        return origin_topic(self.key[0], self.incarnation), self.key[1]
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,10 @@ class PartitionReport:
     # source (retention) before they were copied. Not a fault of the copy: nothing can copy
     # them any more (see docs/verify.md)
     deleted: int = 0
+    # destination records copying an earlier incarnation of the source topic (deleted and
+    # created again at the source, and followed: relay.batches.provenance); not compared,
+    # that topic is gone
+    earlier: int = 0
 
     @property
     def exact(self) -> bool:
