@@ -214,7 +214,7 @@ def runner(
     run = Runner(config(), pipeline, stop_at_end=pipeline.stops is not None,
                  stop_event=threading.Event(), metrics=Metrics(),
                  backend=FakeBackend(engine))  # type: ignore[arg-type]  # fmt: skip
-    run.membership = FakeMembership(owned)  # type: ignore[assignment]
+    run.ownership.membership = FakeMembership(owned)  # type: ignore[assignment]
     return run, engine
 
 
@@ -307,7 +307,7 @@ def test_partitions_found_while_running_join_the_next_round_and_the_group():
     assert len(engine.rounds) == 2
     starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.works}
     assert starts[new.key] == 5 and len(starts) == 5
-    assert sorted(run.membership.rejoined) == sorted([*KEYS, new.key])
+    assert sorted(run.ownership.membership.rejoined) == sorted([*KEYS, new.key])
 
 
 def test_a_refused_record_halts_its_partition_and_the_others_reach_their_end():

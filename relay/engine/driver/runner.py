@@ -28,11 +28,12 @@ from relay.engine.driver.backend import SparkBackend
 from relay.engine.driver.groups import Groups, Load, group_index, plan_groups
 from relay.engine.driver.limits import Shares
 from relay.engine.driver.membership import Membership
-from relay.engine.driver.recreations import Recreations
+from relay.engine.driver.ownership import Ownership
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.engine.driver.rounds import TICK, Round, raise_for, settle
 from relay.engine.driver.sidecar import Sidecar, Sidecars
 from relay.engine.driver.status import Status
+from relay.engine.driver.stops import Stops
 from relay.engine.driver.summary import RunSummary, summarize
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
@@ -72,6 +73,7 @@ class Runner:
         self.sidecars = Sidecars(sidecars)  # beside the rounds, on slots of their own
         self.stop_at_end, self.stop_event, self.metrics = stop_at_end, stop_event, metrics
         self.status = Status(metrics, cfg.app.stuck_after)
+        self.ownership = Ownership(cfg, pipeline.kind, metrics)
         pipeline.bind(self.status)
         # Leases last a quarter of the group session (relay.engine.driver.membership); renewed 4
         # times as often. (Tests pass a backend of their own: the driver's logic without Spark.)
@@ -79,31 +81,26 @@ class Runner:
             cfg.spark,
             master,
             metrics,
-            self._lease_for,
+            self.ownership.lease_for,
             self._report,
             renew_every=cfg.app.session_timeout / 16,
             stopping=stop_event,
         )
         self.routes: list[PartitionRoute] = []
-        self.stop_offsets: dict[SourcePartition, int] = {}
         self.summary = RunSummary()
-        self.membership: Membership | None = None
         self._begun = time.monotonic()
         self._round: Round | None = None
         self._round_id = 0
-        self._round_generation: dict[int, int] = {}
-        self._generation: int | None = None
         self._groups: dict[SourcePartition, int] = {}
         self._source_trouble = False
         self.shares = Shares(cfg.limits, metrics)  # this process's share of [limits]
         self._unsure = False  # tasks lost their lease: where their partitions stand is unknown
         self._gap_from: float | None = None
-        self.recreations = Recreations(pipeline, self.status)
+        self.stops = Stops(pipeline, self.status, metrics)
         self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
         self._closed = False
-        self._joined: Membership | None = None  # the group this runner joined (and leaves)
         self._resources = ExitStack()
-        self._resources.callback(self._left)  # last: the group is left while Spark stops
+        self._resources.callback(self.ownership.close)  # last: left while Spark stops
         self._resources.callback(self.pipeline.close)
         self._resources.callback(self.backend.stop)
         self._resources.callback(self.sidecars.stop)  # before Spark stops
@@ -133,7 +130,7 @@ class Runner:
         self._resources.enter_context(keep_clients())
         plan = self.pipeline.plan(self.stop_at_end, on_routes)
         self.routes = plan.routes
-        self.stop_offsets = plan.stops or {}
+        self.stops.offsets = dict(plan.stops or {})
         self.status.active_node = self.pipeline.active_source()
         self.status.start(plan.routes, plan.next_offsets, plan.ends, plan.stops)
         self.shares.own(len(plan.routes), len(plan.routes))  # all, until the group says else
@@ -149,25 +146,15 @@ class Runner:
         return len(routes) + self.sidecars.slots if not self.cfg.discover.include else ALL_CORES
 
     def _join(self, routes: list[PartitionRoute]) -> Membership:
-        if self.membership is None:
-            group = f"{self.cfg.app.group_id}.{self.pipeline.kind}"
-            self.membership = Membership(
-                self.pipeline.coordinator,
-                group,
-                self.pipeline.group_topics,
-                [r.key for r in routes],
-                self.cfg.app.session_timeout,
-                self.metrics,
-            )
-            self.membership.on_revoke = self._on_revoke
-            self.membership.start()
-            self._resources.callback(self.membership.leave)  # first: others may take over
-            self._joined = self.membership
-        return self.membership
-
-    def _left(self) -> None:
-        if self._joined is not None:
-            self._joined.close()
+        joined = self.ownership.membership is not None
+        pipeline = self.pipeline
+        keys = [r.key for r in routes]
+        membership = self.ownership.join(
+            pipeline.coordinator, pipeline.group_topics, keys, self._on_revoke
+        )
+        if not joined:
+            self._resources.callback(self.ownership.leave)  # first: others may take over
+        return membership
 
     # ---- running ------------------------------------------------------------------------
 
@@ -182,10 +169,11 @@ class Runner:
                 owned = self._owned()
                 todo = [r for r in self._pending() if owned is not None and r.key in owned]
                 if not todo:
-                    if owned is not None and self._done():
-                        break
+                    if owned is not None and self.stop_at_end:
+                        log.info("reached the end offsets seen at start-up")
+                        break  # every partition this process owns reached its stop offset
                     self.pipeline.tick()  # chores go on while standing by
-                    self.recreations.look(self.routes, self.stop_offsets)
+                    self.stops.look(self.routes)
                     self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
                     continue
                 for attempt in retrying(
@@ -194,7 +182,7 @@ class Runner:
                     with attempt:
                         self._round_once(todo, attempt.retry_state.attempt_number)
         finally:
-            self.recreations.confirm(math.inf)  # unexplained when the run ends: counted
+            self.stops.confirm(math.inf)  # unexplained when the run ends: counted
             self._summarize()
             self.close()
         return self.summary
@@ -215,33 +203,24 @@ class Runner:
     def _pending(self) -> list[PartitionRoute]:
         """The partitions with records left to relay (a halted one: those before its halt)."""
         done = self.status.next_offsets()
-        following = self.recreations.waiting()
+        following = self.stops.waiting()
         routes = [r for r in self.routes if r.key not in following]
         if not self.stop_at_end:
             halted = self.status.halts.offsets()
             return [r for r in routes if done[r.key] < halted.get(r.key, done[r.key] + 1)]
-        return [r for r in routes if done[r.key] < self.stop_offsets[r.key]]
-
-    def _done(self) -> bool:
-        """--stop-at-end: every partition this process owns reached its stop offset."""
-        if not self.stop_at_end:
-            return False
-        log.info("reached the end offsets seen at start-up")
-        return True
+        return [r for r in routes if done[r.key] < self.stops.offsets[r.key]]
 
     def _owned(self) -> frozenset[SourcePartition] | None:
         """The partitions this process may relay now (None while the group rebalances); a new
         generation first learns where its partitions really stand."""
-        if self.membership is None:
-            return frozenset(r.key for r in self.routes)
-        assignment = self.membership.current()
+        assignment, new = self.ownership.current(frozenset(r.key for r in self.routes))
         if assignment is None:
             return None
-        if assignment.generation != self._generation:
+        if new:
             owned = [r for r in self.routes if r.key in assignment.keys]
             self.pipeline.adopt(owned)
             self._resync(owned, "taken over")
-            self._generation = assignment.generation
+            self.ownership.take_up(assignment)
             self.status.set_owned(assignment.keys, assignment.members)
             self.shares.own(len(assignment.keys), len(self.routes))
         return assignment.keys
@@ -277,16 +256,11 @@ class Runner:
         self, todo: list[PartitionRoute], engine: Engine, channel: ControlServer
     ) -> Round | None:
         with self._submit:
-            generation = self._generation
-            if self.membership is not None:
-                assignment = self.membership.current()
-                if assignment is None or assignment.generation != generation:
-                    return None
-                if not self.membership.may_write():
-                    # its tasks would get no lease and end at once: a round a tick, each a
-                    # Spark job (seen: 20 rounds in 3 s while a killed broker's group
-                    # coordinator moved)
-                    return None
+            if not self.ownership.holds():
+                # rebalanced, or its tasks would get no lease and end at once: a round a tick,
+                # each a Spark job (seen: 20 rounds in 3 s while a killed broker's group
+                # coordinator moved)
+                return None
             groups = self._plan(todo, max(1, engine.slots - self.sidecars.slots))
             share = self.shares.of_task(len(groups))
             self._round_id += 1
@@ -303,7 +277,7 @@ class Runner:
                 )
                 for index, group in enumerate(groups)
             ]
-            self._round_generation[round_id] = generation if generation is not None else -1
+            self.ownership.begin_round(round_id)
             self._round = Round(
                 round_id, groups, engine.submit(round_id, tasks, self.pipeline.sides)
             )
@@ -317,7 +291,7 @@ class Runner:
         by_key: dict[SourcePartition, PartitionRoute],
     ) -> tuple[PartitionWork, ...]:
         return tuple(
-            PartitionWork(by_key[key], nexts[key], self.stop_offsets.get(key)) for key in group
+            PartitionWork(by_key[key], nexts[key], self.stops.offsets.get(key)) for key in group
         )
 
     def _finish_round(self, current: Round, results: list[GroupResult]) -> None:
@@ -325,38 +299,17 @@ class Runner:
         outcome = settle(current, results, self.status)
         self._source_trouble = outcome.source_trouble
         self._unsure = self._unsure or outcome.lost_lease
-        failures = self._halt(outcome.failures)
+        failures, halted = self.stops.halt_failures(outcome.failures, self.routes)
+        self._unsure = self._unsure or halted  # a halted task's producer was dropped: re-read
         if failures:
             raise_for(failures, self.metrics)
 
-    def _halt(self, failures: list[GroupResult]) -> list[GroupResult]:
-        """A partition whose record the destination refuses for good, or whose source lost
-        records (relay.losses), halts there: its stop offset becomes that record's, so the
-        next rounds relay what lies before it and nothing after. Returns the other failures."""
-        by_key = {r.key: r for r in self.routes}
-        rest = []
-        for result in failures:
-            error = result.error
-            if error is None or error.halt_at is None or error.key not in by_key:
-                rest.append(result)
-                continue
-            self.metrics.errors.labels("lost" if error.lost else "refused").inc()
-            if error.lost is not None:  # the source lost records (relay.losses)
-                self.recreations.count_loss(error.key, error.lost)
-            self.status.halts.add(by_key[error.key], error.halt_at, error.message)
-            stop = self.stop_offsets.get(error.key, error.halt_at)
-            self.stop_offsets[error.key] = min(stop, error.halt_at)
-            self._unsure = True  # its task's producer was dropped: where things stand is re-read
-        return rest
-
     def _follow(self) -> None:
-        """Between rounds: recreated topics followed (relay.engine.driver.recreations)."""
-        routes = self.recreations.follow(
-            self.routes, self._owned, self.stop_offsets, self.stop_at_end
-        )
+        """Between rounds: recreated topics followed (relay.engine.driver.stops)."""
+        routes = self.stops.follow(self.routes, self._owned, self.stop_at_end)
         if routes is not None:
             self.routes = routes
-        elif self.recreations.waiting():
+        elif self.stops.waiting():
             self.stop_event.wait(TICK)  # the source did not answer: tried again next turn
 
     def _plan(self, todo: list[PartitionRoute], slots: int) -> Groups:
@@ -381,18 +334,6 @@ class Runner:
         current = self._round
         if current is not None:
             current.on_report(report)
-
-    def _lease_for(self, round_id: int) -> float | None:
-        """Seconds of writing granted to a round's tasks (channel thread): only while this
-        process holds the assignment the round was planned under."""
-        membership = self.membership
-        if membership is None:
-            return None
-        assignment = membership.assignment()
-        generation = self._round_generation.get(round_id)
-        if assignment is None or generation != assignment.generation:
-            return None
-        return membership.lease if membership.may_write() else None
 
     def _on_revoke(self) -> None:
         """The group rebalances (membership thread, before it rejoins): stop writing, wait
@@ -419,7 +360,7 @@ class Runner:
             self._gap_from = None
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
         self.pipeline.tick()
-        if self.recreations.look(self.routes, self.stop_offsets):
+        if self.stops.look(self.routes):
             current.ask_to_stop("recreated", channel)
         reason = self._end_reason(current)
         if reason is not None:
@@ -432,7 +373,7 @@ class Runner:
             return "stop"
         if current.failed():
             return "error"
-        if self._lease_for(current.round_id) is None:
+        if not self.ownership.holds(current.round_id):
             return "membership"
         if self.pipeline.wants_switch(self.status.next_offsets()):
             return "failover"
@@ -453,16 +394,15 @@ class Runner:
     def _take_changes(self) -> None:
         """Partitions found while running join the plan; the process rejoins its group with
         them (the members must agree on the partitions they share)."""
-        if self.membership is not None and self.membership.assignment() is None:
+        if not self.ownership.settled():
             return  # rejoin only from a settled group: leaving mid-rebalance can stall it
         plan = self.pipeline.changes()
         if plan is None:
             return
         self.routes = self.routes + plan.routes
         self.status.start(plan.routes, plan.next_offsets, plan.ends, None)
-        self._generation = None
-        if self.membership is not None:
-            self.membership.rejoin(self.pipeline.group_topics, [r.key for r in self.routes])
+        if self.ownership.membership is not None:
+            self.ownership.rejoin(self.pipeline.group_topics, [r.key for r in self.routes])
         else:  # nothing to relay until now: join for the first time
             self._join(self.routes)
 
@@ -494,11 +434,8 @@ class Runner:
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
 
     def _summarize(self) -> None:
-        members = self.membership
-        summarize(
-            self.summary, self.status, self.backend, members.rebalances if members else 0,
-            self.stop_event.is_set(), self._begun, self.metrics,
-        )  # fmt: skip
+        summarize(self.summary, self.status, self.backend, self.ownership.rebalances,
+                  self.stop_event.is_set(), self._begun, self.metrics)  # fmt: skip
 
     def _round_policy(self, exc: BaseException | None) -> RetryPolicy:
         return policy_for(self.cfg, getattr(exc, "side", "target"))

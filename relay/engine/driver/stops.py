@@ -1,7 +1,12 @@
-"""Source topics deleted and created again under their name, as the runner meets them.
+"""Where each source partition stops: `--stop-at-end`'s targets, and halts.
 
-The pipeline finds them (relay.pipelines.recreated: a changed topic ID); here the runner's side
-of it: each partition of such a topic halts where it was copied up to, or, with
+A partition halts (relay.engine.driver.halts) when the destination refuses one of its records
+for good (relay.refusals), when its source lost records (relay.losses), or when its topic was
+deleted and created again under its name: its stop offset is lowered to where it halted, so
+later rounds relay what lies before it and nothing after.
+
+Recreated topics are found by the pipeline (relay.pipelines.recreated: a changed topic ID);
+each partition of such a topic halts where it was copied up to, or, with
 `[source_pool].on_recreate = "follow"`, is kept out of rounds until, between two rounds, it
 starts over at the new topic's log start as the topic's next incarnation (the provenance names
 it: relay.batches.provenance).
@@ -18,9 +23,10 @@ import logging
 from collections.abc import Callable
 
 from relay.engine.driver.status import Status
+from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.losses import TRUNCATED
-from relay.spec import PartitionRoute, SourcePartition
+from relay.spec import GroupResult, PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -38,21 +44,45 @@ FOLLOWING = (
 )
 
 
-class Recreations:
-    def __init__(self, pipeline: Pipeline, status: Status):
-        self.pipeline, self.status = pipeline, status
+class Stops:
+    def __init__(self, pipeline: Pipeline, status: Status, metrics: Metrics):
+        self.offsets: dict[SourcePartition, int] = {}  # --stop-at-end targets, and halts
+        self.pipeline, self.status, self.metrics = pipeline, status, metrics
         self._following: list[PartitionRoute] = []  # to follow between rounds
         # truncations not counted yet: (what was lost, the number of the look that decides)
         self._unconfirmed: dict[SourcePartition, tuple[Lost, int]] = {}
+
+    def halt(self, route: PartitionRoute, at: int, reason: str) -> None:
+        """Relay `route` up to `at` and no further (one ERROR line, relay.engine.driver.halts)."""
+        self.status.halts.add(route, at, reason)
+        self.offsets[route.key] = min(self.offsets.get(route.key, at), at)
+
+    def halt_failures(
+        self, failures: list[GroupResult], routes: list[PartitionRoute]
+    ) -> tuple[list[GroupResult], bool]:
+        """A partition whose record the destination refuses for good, or whose source lost
+        records, halts there. Returns the other failures, and whether any partition halted."""
+        by_key = {r.key: r for r in routes}
+        rest, halted = [], False
+        for result in failures:
+            error = result.error
+            if error is None or error.halt_at is None or error.key not in by_key:
+                rest.append(result)
+                continue
+            self.metrics.errors.labels("lost" if error.lost else "refused").inc()
+            if error.lost is not None:  # the source lost records (relay.losses)
+                self.count_loss(error.key, error.lost)
+            self.halt(by_key[error.key], error.halt_at, error.message)
+            halted = True
+        return rest, halted
 
     def waiting(self) -> set[SourcePartition]:
         """The partitions kept out of rounds until they are followed."""
         return {r.key for r in self._following}
 
-    def look(self, routes: list[PartitionRoute], stops: dict[SourcePartition, int]) -> bool:
+    def look(self, routes: list[PartitionRoute]) -> bool:
         """Whether a source topic was found recreated: one line naming both IDs; its partitions
-        halt (their stop offsets in `stops` lowered to where they were copied up to) or wait
-        to be followed."""
+        halt where they were copied up to, or wait to be followed."""
         looked = self.pipeline.looked()  # before: what a look found is set before its number
         found = self.pipeline.recreated()
         nexts = self.status.next_offsets()
@@ -66,9 +96,7 @@ class Recreations:
                 continue
             log.error("%s; %s", line, HALTING)
             for route in mine:
-                at = nexts[route.key]
-                self.status.halts.add(route, at, f"source topic {topic} was recreated")
-                stops[route.key] = min(stops.get(route.key, at), at)
+                self.halt(route, nexts[route.key], f"source topic {topic} was recreated")
         self.confirm(looked)
         return bool(found)
 
@@ -92,7 +120,6 @@ class Recreations:
         self,
         routes: list[PartitionRoute],
         owned: Callable[[], frozenset[SourcePartition] | None],
-        stops: dict[SourcePartition, int],
         stop_at_end: bool,
     ) -> list[PartitionRoute] | None:
         """Between rounds: `routes` with the waiting partitions at their next incarnation, from
@@ -108,14 +135,12 @@ class Recreations:
         followed = {r.key: r for r in plan.routes}
         nexts = self.status.next_offsets()
         for route in [r for r in self._following if r.key not in followed]:
-            at = nexts[route.key]
             reason = f"source topic {route.topic} was recreated without partition {route.partition}"
-            self.status.halts.add(route, at, reason)
-            stops[route.key] = at
+            self.halt(route, nexts[route.key], reason)
         self._following = []
         self.status.follow(plan.routes, plan.next_offsets, plan.ends)
         for key in followed:
-            stops.pop(key, None)
+            self.offsets.pop(key, None)
             if stop_at_end:
-                stops[key] = plan.ends[key]
+                self.offsets[key] = plan.ends[key]
         return [followed.get(r.key, r) for r in routes]

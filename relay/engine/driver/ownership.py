@@ -1,0 +1,114 @@
+"""Which source partitions this process may relay, and whether a round may still write.
+
+ktm processes sharing a config form a group on the destination cluster, named
+`<[app].group_id>.<pipeline kind>` (relay.engine.driver.membership: Kafka's group protocol
+assigns each member its partitions). A round is planned under one assignment (its
+*generation*); its tasks write only under a lease the driver renews while this process still
+holds that assignment and the group can vouch for it. Without a group (nothing to relay yet, or
+the runner's unit tests) the process owns every partition.
+
+Used from the runner's thread (planning, rounds), the channel's thread (`lease_for`) and the
+membership's thread (`on_revoke`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from relay.clients.group import Assignment
+from relay.config import ClusterConfig, Config
+from relay.engine.driver.membership import Membership
+from relay.engine.metrics import Metrics
+from relay.spec import SourcePartition
+
+NO_ROUND = -1  # the generation of a round planned without a group
+
+
+class Ownership:
+    def __init__(self, cfg: Config, kind: str, metrics: Metrics):
+        self.group = f"{cfg.app.group_id}.{kind}"
+        self.session_timeout, self.metrics = cfg.app.session_timeout, metrics
+        self.membership: Membership | None = None
+        self.generation: int | None = None  # of the assignment the runner last took up
+        self._round: tuple[int, int] | None = None  # (round id, the generation it was planned in)
+        self._joined: Membership | None = None  # the group this process joined (and leaves)
+
+    def join(
+        self,
+        coordinator: ClusterConfig,
+        topics: Sequence[str],
+        keys: Sequence[SourcePartition],
+        on_revoke: Callable[[], None],
+    ) -> Membership:
+        """Join the group on `coordinator` once (later calls return the membership);
+        `on_revoke` runs on the membership's thread before a rebalance goes on."""
+        if self.membership is None:
+            self.membership = Membership(
+                coordinator, self.group, topics, list(keys), self.session_timeout, self.metrics
+            )
+            self.membership.on_revoke = on_revoke
+            self.membership.start()
+            self._joined = self.membership
+        return self.membership
+
+    def rejoin(self, topics: Sequence[str], keys: Sequence[SourcePartition]) -> None:
+        """The partitions changed: the members must agree on them again."""
+        assert self.membership is not None
+        self.generation = None
+        self.membership.rejoin(topics, list(keys))
+
+    def settled(self) -> bool:
+        """Not rebalancing (never raises: any thread)."""
+        return self.membership is None or self.membership.assignment() is not None
+
+    def current(self, every: frozenset[SourcePartition]) -> tuple[Assignment | None, bool]:
+        """The assignment in force (of `every` partition without a group; None while the group
+        rebalances), and whether it is new since the runner last took one up (`take_up`: it
+        first learns where its partitions stand)."""
+        if self.membership is None:
+            return Assignment(NO_ROUND, every, 1), False
+        assignment = self.membership.current()
+        return assignment, assignment is not None and assignment.generation != self.generation
+
+    def take_up(self, assignment: Assignment) -> None:
+        self.generation = assignment.generation
+
+    def holds(self, round_id: int | None = None) -> bool:
+        """Whether this process still holds the assignment a round was planned under (None:
+        the one the next round would be) and may write under it."""
+        membership = self.membership
+        if membership is None:
+            return round_id is None or (self._round is not None and self._round[0] == round_id)
+        # the runner's thread sees the group's errors; the channel's never raises
+        assignment = membership.current() if round_id is None else membership.assignment()
+        if round_id is None:
+            wanted: int | None = self.generation
+        elif self._round is not None and self._round[0] == round_id:
+            wanted = self._round[1]
+        else:
+            return False  # an earlier round's task: never again
+        return assignment is not None and assignment.generation == wanted and membership.may_write()
+
+    def begin_round(self, round_id: int) -> None:
+        """A round is planned under the current generation; earlier rounds lose their leases."""
+        self._round = (round_id, self.generation if self.generation is not None else NO_ROUND)
+
+    def lease_for(self, round_id: int) -> float | None:
+        """Seconds of writing granted to a round's tasks, or None (channel thread)."""
+        membership = self.membership
+        if membership is None or not self.holds(round_id):
+            return None
+        return membership.lease
+
+    def leave(self) -> None:
+        """Leave the group (others take the partitions over at once)."""
+        if self.membership is not None:
+            self.membership.leave()
+
+    def close(self) -> None:
+        if self._joined is not None:
+            self._joined.close()
+
+    @property
+    def rebalances(self) -> int:
+        return self.membership.rebalances if self.membership is not None else 0
