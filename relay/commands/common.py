@@ -215,7 +215,7 @@ class TimeParam(click.ParamType):
 
 def members_line(cluster: Any, timeout: float, group: str) -> str:
     """How many ktm processes run on this config now (they share its partitions)."""
-    from relay.clients.admin import group_members
+    from relay.clients.consumer_groups import group_members
 
     try:
         members = group_members(cluster, group, timeout)

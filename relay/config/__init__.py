@@ -8,33 +8,37 @@ Each dataclass field read from TOML names its reader in its metadata (`_reads`),
 default and checks sit on one line; `_build` reads a whole table that way.
 """
 
-from relay.config.load import load_config
-from relay.config.model import (
-    AclsConfig,
-    AppConfig,
-    ClusterConfig,
-    Config,
-    DiscoverConfig,
-    FetchConfig,
-    FilterConfig,
-    GroupsConfig,
-    LimitsConfig,
-    SourcePoolConfig,
-    SparkConfig,
-    StoreConfig,
-    TargetConfig,
-    TopicRoute,
-    VerifyConfig,
-)
-from relay.config.readers import (
+from relay.config.choices import (
     COMPRESSIONS,
     LOG_LEVELS,
     ON_ERROR,
     ON_MISMATCH,
     SASL_MECHANISMS,
+)
+from relay.config.load import load_config
+from relay.config.model import (
+    AppConfig,
+    ClusterConfig,
+    Config,
+    FetchConfig,
+    LimitsConfig,
+    SourcePoolConfig,
+    SparkConfig,
+    TargetConfig,
+    TopicRoute,
+)
+from relay.config.readers import (
     Secret,
     parse_duration,
     parse_size,
+)
+from relay.config.sections import (
+    AclsConfig,
+    DiscoverConfig,
+    FilterConfig,
+    GroupsConfig,
+    StoreConfig,
+    VerifyConfig,
 )
 
 __all__ = [

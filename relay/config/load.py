@@ -9,29 +9,33 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relay.config.choices import (
+    SASL_MECHANISMS,
+    TOP_LEVEL_KEYS,
+)
 from relay.config.model import (
-    AclsConfig,
     AppConfig,
     ClusterConfig,
     Config,
-    DiscoverConfig,
-    FilterConfig,
-    GroupsConfig,
     LimitsConfig,
     SourcePoolConfig,
     SparkConfig,
-    StoreConfig,
     TargetConfig,
     TopicRoute,
-    VerifyConfig,
 )
 from relay.config.readers import (
     _TOPIC_NAME,
-    SASL_MECHANISMS,
-    TOP_LEVEL_KEYS,
     _build,
     _show,
     _Table,
+)
+from relay.config.sections import (
+    AclsConfig,
+    DiscoverConfig,
+    FilterConfig,
+    GroupsConfig,
+    StoreConfig,
+    VerifyConfig,
 )
 from relay.errors import ConfigError
 

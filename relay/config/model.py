@@ -3,49 +3,47 @@ metadata (`_reads`), so a key's type, default and checks sit on one line."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.config.readers import (
-    _SECRET_WORDS,
+from relay.config.choices import (
     COMPRESSIONS,
     CONFIG_EXCLUDE,
-    DISCOVER_STARTS,
     ISOLATION_LEVELS,
     LOG_LEVELS,
-    ON_ERROR,
     ON_LOSS,
     ON_MISMATCH,
     ON_RECREATE,
-    SEGMENT_COMPRESSIONS,
-    SEGMENT_FORMATS,
+)
+from relay.config.readers import (
+    _SECRET_WORDS,
     Secret,
     _acks,
     _bool,
     _cert_path,
     _choice,
     _duration,
-    _file,
-    _filter_config,
     _int,
     _mechanism,
     _metrics_addr,
-    _names,
     _optional_names,
     _optional_text,
     _password,
-    _patterns,
-    _prefix,
     _reads,
     _servers,
     _size,
     _spark_conf,
-    _template,
     _text,
-    _url,
+)
+from relay.config.sections import (
+    AclsConfig,
+    DiscoverConfig,
+    FilterConfig,
+    GroupsConfig,
+    StoreConfig,
+    VerifyConfig,
 )
 from relay.errors import ConfigError
 
@@ -261,7 +259,7 @@ class TargetConfig:
     )
     # Topic configs copied to a created topic: those set on the source topic, named in
     # config_include ([] = all of them) and not in config_exclude (MirrorMaker 2's list and
-    # what a target refuses: relay.config.readers.CONFIG_EXCLUDE); "name*": names beginning so.
+    # what a target refuses: relay.config.choices.CONFIG_EXCLUDE); "name*": names beginning so.
     config_include: tuple[str, ...] = field(default=(), metadata=_reads(_optional_names))
     config_exclude: tuple[str, ...] = field(
         default=CONFIG_EXCLUDE, metadata=_reads(_optional_names)
@@ -272,101 +270,6 @@ class TargetConfig:
     # the target's owners configure (relay.pipelines.relay.config_sync).
     config_sync: bool = field(default=False, metadata=_reads(_bool))
     config_sync_interval: float = field(default=60.0, metadata=_reads(_duration, minimum=1.0))
-
-
-@dataclass(frozen=True)
-class DiscoverConfig:
-    """`[discover]`: topics chosen by pattern (ktm relay), found at start and while running."""
-
-    include: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))  # whole-name regexes
-    exclude: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))
-    rename: str = field(default="{topic}", metadata=_reads(_template))  # destination name
-    # Where a topic found while running starts (the end: only records written after it was seen).
-    start: str = field(default="beginning", metadata=_reads(_choice, choices=DISCOVER_STARTS))
-    # How often the source is listed for new topics and partitions (also without [discover]).
-    interval: float = field(default=30.0, metadata=_reads(_duration, minimum=1.0))
-    # Active/active: source topics named with this prefix are copies of the target's own topics
-    # (the other relay of the pair names them so) and are never relayed back.
-    from_target_prefix: str = field(default="", metadata=_reads(_prefix))
-
-
-@dataclass(frozen=True)
-class AclsConfig:
-    """`[acls]`: the source's topic ACLs copied to the destination topics while relaying, as
-    MirrorMaker 2 copies them (relay.pipelines.relay.acl_sync has the rules). Off by default:
-    granting permissions on the target is the operator's decision."""
-
-    sync: bool = field(default=False, metadata=_reads(_bool))
-    interval: float = field(default=60.0, metadata=_reads(_duration, minimum=1.0))
-    principals: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))  # [] = all
-    exclude: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))  # principals
-
-
-@dataclass(frozen=True)
-class GroupsConfig:
-    """`[groups]`: consumer groups whose source offsets ktm relay carries over to the target."""
-
-    include: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))  # whole-name regexes
-    exclude: tuple[str, ...] = field(default=(), metadata=_reads(_patterns))
-    interval: float = field(default=10.0, metadata=_reads(_duration, minimum=0.5))
-
-
-@dataclass(frozen=True)
-class VerifyConfig:
-    """`[verify]`: `ktm verify --follow`, verifying behind a running copy."""
-
-    # `ktm relay`, `backup` and `restore` verify their own copy as they go, on one task slot
-    # (exported on [app].metrics_addr), instead of a `ktm verify --follow` beside them.
-    follow: bool = field(default=False, metadata=_reads(_bool))
-    # How long a follower rests between two passes over what the copy wrote since the last.
-    interval: float = field(default=2.0, metadata=_reads(_duration, minimum=0.1))
-    # Where `ktm verify --follow` serves /metrics and /healthz (beside a relay, which has
-    # [app].metrics_addr: another port); "" turns it off.
-    metrics_addr: tuple[str, int] | None = field(
-        default=("127.0.0.1", 7082), metadata=_reads(_metrics_addr)
-    )
-
-
-@dataclass(frozen=True)
-class FilterConfig:
-    """A `[filters.<id>]` section, or a filter named only with `--filter PATH`."""
-
-    id: str
-    path: str = field(metadata=_reads(_file))  # absolute
-    enabled: bool = field(default=True, metadata=_reads(_bool))
-    on_error: str = field(default="stop", metadata=_reads(_choice, choices=ON_ERROR))
-    config: tuple[tuple[str, Any], ...] = field(default=(), metadata=_reads(_filter_config))
-    # False for a filter named only with --filter: no section, so its id is not checked.
-    from_section: bool = True
-
-    def config_dict(self) -> dict[str, Any]:
-        # A deep copy: a filter that changes its config must not change ours.
-        return copy.deepcopy(dict(self.config))
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """`[store]`: where ktm backup writes segments and ktm restore and compact read them."""
-
-    url: str = field(metadata=_reads(_text))  # a directory or "s3://bucket/prefix"
-    cluster: str = field(metadata=_reads(_text))  # path component; default: [[sources]][1].name
-    s3_endpoint: str | None = field(default=None, metadata=_reads(_url))
-    s3_region: str = field(default="us-east-1", metadata=_reads(_text))
-    s3_access_key: Secret | None = field(default=None, metadata=_reads(_password))
-    s3_secret_key: Secret | None = field(default=None, metadata=_reads(_password))
-    max_segment_records: int = field(default=1_000_000, metadata=_reads(_int, minimum=1))
-    max_segment_bytes: int = field(default=64 * 1024 * 1024, metadata=_reads(_size, minimum=1024))
-    max_segment_age: float = field(default=300.0, metadata=_reads(_duration, positive=True))
-    compression: str = field(default="zstd", metadata=_reads(_choice, choices=SEGMENT_COMPRESSIONS))
-    format: str = field(default="parquet", metadata=_reads(_choice, choices=SEGMENT_FORMATS))
-    groups: tuple[str, ...] = field(default=(), metadata=_reads(_names))
-    # ktm compact merges level-N segments into level-N+1 ones of about this many times
-    # max_segment_bytes.
-    compact_factor: int = field(default=16, metadata=_reads(_int, minimum=2))
-    # ktm restore --follow: how often to look for new segments, and how long to wait for a
-    # missing one (a later one exists) before calling it lost.
-    follow_interval: float = field(default=5.0, metadata=_reads(_duration, positive=True))
-    late_segment_timeout: float = field(default=600.0, metadata=_reads(_duration, positive=True))
 
 
 @dataclass(frozen=True)

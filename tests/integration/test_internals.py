@@ -1,4 +1,4 @@
-"""The contract with the libraries' private parts (relay/internals.py), on real objects: every
+"""The contract with the libraries' private parts (relay/internals/), on real objects: every
 internal ktm uses is found where it was read, on a real producer, consumer and admin client
 talking to a real broker, and on the test session's real SparkContext. An upgrade of
 kafka-python or PySpark that moves one fails here, naming it."""

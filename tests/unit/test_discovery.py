@@ -58,7 +58,7 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, start: str) -> tuple[RelayPipeline
         "resume",
         lambda routes, at: (points, SourceOffsets(dict.fromkeys(ends, 0), ends)),
     )
-    monkeypatch.setattr(driver.admin, "commit_group", lambda *a: commits.append(a[1:3]))
+    monkeypatch.setattr(driver.consumer_groups, "commit_group", lambda *a: commits.append(a[1:3]))
     return relay, commits
 
 

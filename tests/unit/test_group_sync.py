@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from relay.clients.admin import GroupHasMembers, ListedGroup
+from relay.clients.consumer_groups import GroupHasMembers, ListedGroup
 from relay.config import (
     AppConfig,
     ClusterConfig,
@@ -100,7 +100,7 @@ def config(include: tuple[str, ...] = ("g",)) -> Config:
 
 def sync(monkeypatch: pytest.MonkeyPatch, fake: FakeAdmin, copies: dict, routes: list,
          progress: dict | None = None) -> list[Any]:  # fmt: skip
-    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "consumer_groups", fake)
     monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(copies))
     syncer = GroupSync(config(), lambda: SOURCE, lambda: routes, lambda: progress or {},
                        lambda: True, Metrics())  # fmt: skip
@@ -199,7 +199,7 @@ def test_a_commit_refused_because_a_member_joined_leaves_the_group_alone(monkeyp
     fake = FakeAdmin({"g": {("t", 0): 5}, "h": {("t", 1): 2}}, {}, {("t", 0): 10, ("t", 1): 5})
     fake.refuse = {"g"}
     config_h = config(include=("g", "h"))
-    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "consumer_groups", fake)
     monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(COPIES))
     syncer = GroupSync(config_h, lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
     g, h = syncer.translate(commit=True)
@@ -210,7 +210,7 @@ def test_a_commit_refused_because_a_member_joined_leaves_the_group_alone(monkeyp
 def test_the_active_line_is_said_once_while_the_group_stays_active(monkeypatch, caplog):
     fake = FakeAdmin({"g": {("t", 0): 5}}, {}, {("t", 0): 10},
                      listed={"g": ListedGroup("g", "consumer", "Stable")})  # fmt: skip
-    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "consumer_groups", fake)
     monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(COPIES))
     syncer = GroupSync(config(), lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
     for _ in range(3):
@@ -243,7 +243,7 @@ def test_a_group_that_did_not_move_costs_no_search(monkeypatch):
     search = translator.first_copy
     translator.first_copy = lambda *a: searches.append(a) or search(*a)
     fake = FakeAdmin({"g": {("t", 0): 5, ("t", 1): 2}}, {}, {("t", 0): 10, ("t", 1): 5})
-    monkeypatch.setattr(group_sync, "admin", fake)
+    monkeypatch.setattr(group_sync, "consumer_groups", fake)
     monkeypatch.setattr(group_sync, "Translator", lambda *a: translator)
     syncer = GroupSync(config(), lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
     first = syncer.translate(commit=False)

@@ -81,7 +81,9 @@ def config() -> Config:
 def test_committed_offsets_read_before_the_end_never_pass_it(monkeypatch) -> None:
     cluster = GrowingCluster()
     monkeypatch.setattr(startup_module.admin, "partition_counts", lambda *a, **k: {"t-copy": 1})
-    monkeypatch.setattr(startup_module.admin, "committed_offsets", cluster.committed_offsets)
+    monkeypatch.setattr(
+        startup_module.consumer_groups, "committed_offsets", cluster.committed_offsets
+    )
     monkeypatch.setattr(startup_module, "source_offsets", cluster.source_offsets)
     tail = AtDestination({KEY: Delivered(900, None)}, frozenset(), {}, {})
     monkeypatch.setattr(startup_module, "at_destination", lambda *a, **k: tail)

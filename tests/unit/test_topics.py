@@ -22,7 +22,9 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
-from relay.config.readers import CONFIG_EXCLUDE
+from relay.config.choices import (
+    CONFIG_EXCLUDE,
+)
 from relay.engine.metrics import Metrics
 from relay.errors import ConfigError, KafkaSetupError
 from relay.pipelines.relay import topic_configs as topic_configs_module

@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from relay.engine.driver.status import PartitionRow, Snapshot
+from relay.engine.driver.rows import PartitionRow, Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from relay.engine.channel import ControlServer, Report
 from relay.engine.driver.groups import Groups, Load, worth_replanning
 from relay.engine.driver.retry import RetriableRoundError
-from relay.engine.driver.status import PartitionRow, Status
+from relay.engine.driver.rows import PartitionRow
+from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
 from relay.engine.spark import RoundJob
 from relay.errors import RelayError

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
 from relay.attribution import attribute
-from relay.clients import admin, timestamps
+from relay.clients import admin, consumer_groups, timestamps
 from relay.clients.kept import keep_clients
 from relay.clients.settings import describe, is_retriable
 from relay.config import Config, TargetConfig, TopicRoute
@@ -126,7 +126,7 @@ class Startup:
         incarnations = {r.key: r.incarnation for r in routes}
         committed = self.call(
             "source",
-            lambda: admin.committed_offsets(
+            lambda: consumer_groups.committed_offsets(
                 source, self.cfg.app.group_id, keys, self.timeout, incarnations
             ),
         )
@@ -146,7 +146,9 @@ class Startup:
         if self.cfg.source_pool.on_recreate != "follow":
             return routes
         source, group = self.pool.active, self.cfg.app.group_id
-        marks = self.call("source", lambda: admin.committed_marks(source, group, self.timeout))
+        marks = self.call(
+            "source", lambda: consumer_groups.committed_marks(source, group, self.timeout)
+        )
         return [
             dataclasses.replace(r, incarnation=marks[r.key][1])
             if r.key in marks and marks[r.key][1] > r.incarnation

@@ -13,13 +13,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from relay.engine.driver.failover import NodeView
 from relay.engine.driver.fetch_trouble import FetchTroubles
-from relay.engine.driver.halts import Halt, Halts
-from relay.engine.metrics import ALL_PARTITIONS, Metrics, partition_label, per_topic
+from relay.engine.driver.gauges import Gauges
+from relay.engine.driver.halts import Halts
+from relay.engine.driver.rows import (
+    RATE_WINDOW,
+    PartitionRow,
+    Snapshot,
+    current,
+    health,
+)
+from relay.engine.metrics import Metrics, partition_label
 from relay.losses import Loss, LossCounter
 from relay.spec import (
     NOT_WRITTEN,
@@ -31,74 +38,7 @@ from relay.spec import (
 
 log = logging.getLogger(__name__)
 
-RATE_WINDOW = 1.0  # seconds over which a partition's rate is measured
-RATE_STALE = 3.0  # a rate not refreshed for this long reads as 0
-
 Attempt = tuple[int, int, int]  # (round, task, attempt)
-
-# restore --follow: why a partition waits (relay.pipelines.restore.store_reader), for logs and
-# /healthz
-WAIT_REASONS = {"empty": "its first segment", "late": "a late segment"}
-
-
-@dataclass(frozen=True)
-class PartitionRow:
-    route: PartitionRoute
-    next_offset: int
-    end: int | None  # latest known source end offset
-    stop: int | None  # --stop-at-end target
-    relayed: int = 0
-    filtered: int = 0
-    owned: bool = True  # relayed by this process (others in its group relay the rest)
-    rate: float = 0.0  # records/s over the last RATE_WINDOW
-    rate_at: float = 0.0  # when `rate` was measured
-    rate_base: int = 0  # `relayed` at rate_at
-    waiting: tuple[str, float] | None = None  # restore --follow: (reason, seconds) it waits
-    # a hole at the destination: the partition resumes at this next offset, not after the tail
-    pinned_at: int | None = None
-    lost: int = 0  # source offsets lost to the copy (relay.losses)
-
-    @property
-    def lag(self) -> int | None:
-        return None if self.end is None else max(0, self.end - self.next_offset)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    rows: tuple[PartitionRow, ...]
-    active_node: str
-    relayed: int
-    filtered: int
-    elapsed: float
-    stop_at_end: bool
-    members: int = 1  # ktm processes in the group
-    trouble: tuple[str, ...] = ()  # source brokers the tasks cannot fetch from, one line each
-    halted: tuple[Halt, ...] = ()  # partitions the destination refuses a record of
-
-    @property
-    def lost(self) -> int:
-        """Source offsets lost to the copy (relay.losses), every partition."""
-        return sum(row.lost for row in self.rows)
-
-    @property
-    def owned(self) -> tuple[PartitionRow, ...]:
-        return tuple(row for row in self.rows if row.owned)
-
-    @property
-    def lag(self) -> int:
-        """Records behind on the partitions this process relays."""
-        return sum(row.lag or 0 for row in self.owned)
-
-    @property
-    def rate(self) -> float:
-        return sum(row.rate for row in self.rows)
-
-    @property
-    def remaining(self) -> int | None:
-        """Records left to the --stop-at-end targets of the partitions this process relays."""
-        if not self.stop_at_end:
-            return None
-        return sum(max(0, (row.stop or 0) - row.next_offset) for row in self.owned)
 
 
 class Status:
@@ -127,10 +67,7 @@ class Status:
         self._seen: dict[Attempt, dict[SourcePartition, PartitionProgress]] = {}
         # runs a failed task wrote and never saw acknowledged (PartitionProgress.unsure)
         self._unsure: dict[SourcePartition, tuple[tuple[int, int, int], ...]] = {}
-        self._waited: set[tuple[tuple[str, str], str]] = set()
-        # Metric children looked up once: counters by partition, gauges by their labels.
-        self._counter_children: dict[SourcePartition, tuple[Any, Any, Any]] = {}
-        self._gauge_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self.gauges = Gauges(metrics)
         self._lock = threading.Lock()
 
     def start(
@@ -187,45 +124,10 @@ class Status:
                 self.first_ack_at = now
         self._publish([part.key for part in parts])
 
-    def _counters(self, route: PartitionRoute) -> tuple[Any, Any, Any]:
-        """A partition's consumed, produced and bytes counters, looked up once (a label lookup
-        costs microseconds, and thousands of partitions report twice a second)."""
-        found = self._counter_children.get(route.key)
-        if found is None:
-            m = self.metrics
-            labels = (
-                route.topic,
-                partition_label(m, route.partition),
-                route.target_topic,
-                partition_label(m, route.target_partition),
-            )
-            found = (
-                m.consumed.labels(*labels),
-                m.produced.labels(*labels),
-                m.bytes_produced.labels(route.target_topic),
-            )
-            self._counter_children[route.key] = found
-        return found
-
     def _add(self, part: PartitionProgress, before: PartitionProgress | None, now: float) -> bool:
         """Count one partition's delta; True if records were relayed or dropped."""
-        row, m = self._rows[part.key], self.metrics
-        route = row.route
-        source_partition = partition_label(m, route.partition)
-        consumed, produced_counter, bytes_counter = self._counters(route)
-        produced = part.produced - (before.produced if before else 0)
-        consumed.inc(max(0, part.consumed - (before.consumed if before else 0)))
-        produced_counter.inc(max(0, produced))
-        bytes_counter.inc(max(0, part.produced_bytes - (before.produced_bytes if before else 0)))
-        segments = part.segments - (before.segments if before else 0)
-        if segments > 0:
-            m.segments_written.labels(route.topic, source_partition).inc(segments)
-        filtered = _count_delta(part.filtered, before.filtered if before else ())
-        for filter_id, count in filtered.items():
-            m.filtered.labels(filter_id, route.topic).inc(count)
-        errors = _count_delta(part.filter_errors, before.filter_errors if before else ())
-        for filter_id, count in errors.items():
-            m.filter_errors.labels(filter_id, route.topic).inc(count)
+        row = self._rows[part.key]
+        produced, filtered = self.gauges.count(row.route, part, before)
         end = row.end if part.highwater is None else max(row.end or 0, part.highwater)
         row = replace(
             row,
@@ -296,16 +198,7 @@ class Status:
         with self._lock:
             gone = (self.owned if self.owned is not None else frozenset(self._rows)) - keys
             self.owned, self.members = frozenset(keys), members
-        series = {(topic, str(partition)) for topic, partition in gone}
-        if not self.metrics.per_partition:  # a topic's series goes when none of it is ours
-            series = {(t, ALL_PARTITIONS) for t, _ in gone} - {(t, ALL_PARTITIONS) for t, _ in keys}
-        for topic, partition in sorted(series):
-            self._gauge_children.pop((topic, str(partition)), None)
-            for gauge in (self.metrics.lag, self.metrics.next_offset):
-                try:
-                    gauge.remove(topic, str(partition))
-                except KeyError:
-                    pass  # never published
+        self.gauges.forget(set(gone), keys)
         self._publish(sorted(keys))
 
     def record_round(self, wall: float, reason: str) -> None:
@@ -356,7 +249,7 @@ class Status:
             landed = sum(n for first, n, state in inside if first < next_offset)
             self._rows[key] = replace(row, next_offset=next_offset, relayed=row.relayed + landed)
         if landed:
-            self._counters(row.route)[1].inc(landed)
+            self.gauges.counters(row.route)[1].inc(landed)
         self._publish([key])
         return True
 
@@ -380,7 +273,7 @@ class Status:
         left out of live reports, so its last rate is never measured again."""
         now = self.clock()
         with self._lock:
-            return {key: _current(row, now) for key, row in self._rows.items()}
+            return {key: current(row, now) for key, row in self._rows.items()}
 
     def observe_nodes(self, views: list[NodeView], active: str) -> None:
         """Health-check answers: the active node's end offsets keep the lag current."""
@@ -398,6 +291,7 @@ class Status:
         self._publish(moved)  # only what changed: at 2,000 partitions every check cost ~0.1 s
 
     def _publish(self, keys: Sequence[SourcePartition]) -> None:
+        lags: dict[SourcePartition, int] = {}
         with self._lock:
             owned = self.owned
             rows = [
@@ -407,47 +301,14 @@ class Status:
                 topics = {row.route.topic for row in rows}
                 mine = [r for k, r in self._rows.items() if owned is None or k in owned]
                 lags = {r.route.key: r.lag or 0 for r in mine if r.route.topic in topics}
-        for row in rows:
-            labels = (row.route.topic, str(row.route.partition))
-            if self.metrics.per_partition:
-                next_offset, lag = self._gauges(labels)
-                next_offset.set(row.next_offset)
-                if row.lag is not None:
-                    lag.set(row.lag)
-            self._publish_waiting(row, labels)
-        if not self.metrics.per_partition:
-            for (topic, partition), lag in per_topic(lags).items():
-                self.metrics.lag.labels(topic, str(partition)).set(lag)
-
-    def _gauges(self, labels: tuple[str, str]) -> tuple[Any, Any]:
-        """A partition's next-offset and lag gauges, looked up once (see _counters); set_owned
-        forgets the ones whose series it removes."""
-        found = self._gauge_children.get(labels)
-        if found is None:
-            found = (self.metrics.next_offset.labels(*labels), self.metrics.lag.labels(*labels))
-            self._gauge_children[labels] = found
-        return found
-
-    def _publish_waiting(self, row: PartitionRow, labels: tuple[str, str]) -> None:
-        """One series per reason a partition ever waited for; 0 once it no longer waits."""
-        for reason in WAIT_REASONS:
-            seconds = row.waiting[1] if row.waiting and row.waiting[0] == reason else 0.0
-            if seconds or (labels, reason) in self._waited:
-                if (labels, reason) not in self._waited:
-                    self._waited.add((labels, reason))
-                    log.info(
-                        "restore topic=%s partition=%s waits for %s",
-                        *labels,
-                        WAIT_REASONS[reason],
-                    )
-                self.metrics.restore_waiting.labels(*labels, reason).set(seconds)
+        self.gauges.publish(rows, lags)
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
         with self._lock:
             owned, members = self.owned, self.members
             rows = tuple(
-                replace(_current(row, now), owned=owned is None or key in owned)
+                replace(current(row, now), owned=owned is None or key in owned)
                 for key, row in sorted(self._rows.items())
             )
         return Snapshot(
@@ -464,51 +325,6 @@ class Status:
 
     def health(self) -> tuple[bool, dict[str, object]]:
         """200 while progressing or idle at the end of the topics; 503 when stuck or blind."""
-        snap = self.snapshot()
         idle_for = self.clock() - self.last_progress
-        detail: dict[str, object] = {
-            "lag": snap.lag,
-            "relayed": snap.relayed,
-            "active_node": snap.active_node,
-            "seconds_since_progress": round(idle_for, 1),
-            "owned_partitions": len(snap.owned),
-            "group_members": snap.members,
-        }
-        waiting = {topic: WAIT_REASONS["empty"] for topic in self.waiting_topics}
-        for row in snap.owned:
-            if row.waiting is not None:
-                where = f"{row.route.topic}[{row.route.partition}]"
-                waiting[where] = WAIT_REASONS[row.waiting[0]]
-        if waiting:  # a state to wait in (restore --follow), not a fault
-            detail["waiting"] = waiting
-        if snap.trouble:
-            detail["source_trouble"] = list(snap.trouble)
-        if snap.lost:  # said and counted; a partition that halted for it is 503 below
-            lost = {f"{r.route.topic}[{r.route.partition}]": r.lost for r in snap.rows if r.lost}
-            detail["source_records_lost"] = lost
-        if snap.halted:  # needs the operator: the destination refuses a record of each
-            detail["halted"] = [halt.as_dict() for halt in snap.halted]
-            where = ", ".join(halt.where for halt in snap.halted)
-            return False, {**detail, "reason": f"partition(s) halted: {where}"}
-        if self.nodes and not any(view.up for view in self.nodes):
-            down = ", ".join(f"{v.name}: {v.error}" for v in self.nodes)
-            return False, {**detail, "reason": f"no source node reachable ({down})"}
-        if snap.lag > 0 and idle_for > self.stuck_after:
-            reason = f"no progress for {idle_for:.0f}s with lag {snap.lag}"
-            reason += "".join(f"; {line}" for line in snap.trouble)
-            return False, {**detail, "reason": reason}
-        return True, detail
-
-
-def _count_delta(
-    now: tuple[tuple[str, int], ...], before: tuple[tuple[str, int], ...]
-) -> dict[str, int]:
-    old = dict(before)
-    return {name: count - old.get(name, 0) for name, count in now if count > old.get(name, 0)}
-
-
-def _current(row: PartitionRow, now: float) -> PartitionRow:
-    """The row with its rate read as 0 once not refreshed for RATE_STALE seconds."""
-    if row.rate and now - row.rate_at >= RATE_STALE:
-        return replace(row, rate=0.0)
-    return row
+        return health(self.snapshot(), idle_for, self.stuck_after, self.nodes,
+                      self.waiting_topics)  # fmt: skip

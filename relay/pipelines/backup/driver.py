@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from relay.clients import admin
+from relay.clients import admin, consumer_groups
 from relay.config import Config
 from relay.engine.pipeline import Plan
 from relay.errors import KafkaSetupError
@@ -168,7 +168,9 @@ class BackupPipeline(FromSources):
         keys = [r.key for r in self.routes]
         for group in self.store_cfg.groups:
             try:
-                committed = admin.committed_offsets(self.pool.active, group, keys, self.timeout)
+                committed = consumer_groups.committed_offsets(
+                    self.pool.active, group, keys, self.timeout
+                )
                 offsets: dict[str, dict[str, int]] = {}
                 for (topic, partition), offset in sorted(committed.items()):
                     if offset is not None:

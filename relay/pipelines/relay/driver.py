@@ -18,7 +18,7 @@ from typing import Any
 
 from relay.attribution import attribute
 from relay.batches.provenance import commit_mark
-from relay.clients import admin
+from relay.clients import admin, consumer_groups
 from relay.config import Config
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
@@ -152,7 +152,7 @@ class RelayPipeline(FromSources):
         """The relay group's committed offsets of `keys`; {} if the source does not answer
         (logged as a warning where the destination could not settle them)."""
         try:
-            return admin.committed_offsets(
+            return consumer_groups.committed_offsets(
                 self.pool.active, self.cfg.app.group_id, keys, COMMITTED_TIMEOUT
             )
         except Exception as exc:  # noqa: BLE001 - see where(); the tail is what it can do
@@ -215,7 +215,8 @@ class RelayPipeline(FromSources):
         marks = {r.key: commit_mark(r.incarnation) for r in new}
         if mine:
             self.startup.call(
-                "source", lambda: admin.commit_group(source, group, mine, self.timeout, marks)
+                "source",
+                lambda: consumer_groups.commit_group(source, group, mine, self.timeout, marks),
             )
         followed = {r.key: r for r in new}
         with self._lock:
@@ -322,7 +323,7 @@ class RelayPipeline(FromSources):
             group = self.cfg.app.group_id
             self.startup.call(
                 "source",
-                lambda: admin.commit_group(self.pool.active, group, fresh, self.timeout),
+                lambda: consumer_groups.commit_group(self.pool.active, group, fresh, self.timeout),
             )
 
     def _topic_pairs(self) -> list[tuple[str, str]]:

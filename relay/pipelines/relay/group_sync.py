@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 
-from relay.clients import admin
+from relay.clients import consumer_groups
 from relay.clients.kept import keep_clients
 from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics, per_topic
@@ -113,7 +113,7 @@ class GroupSync:
         """One sync: every carried group's translation, committed on the target if `commit`."""
         cfg, source = self.cfg, self._source()
         routes = list(self._routes())
-        found = admin.listed_groups(source, self.timeout)
+        found = consumer_groups.listed_groups(source, self.timeout)
         with_offsets = [g for g, listed in found.items() if listed.type not in NO_OFFSETS]
         groups = carried_groups(
             cfg.groups.include, cfg.groups.exclude, cfg.app.group_id, with_offsets
@@ -121,10 +121,10 @@ class GroupSync:
         if not groups:
             return []
         read_at = time.time()
-        on_source = admin.groups_committed(source, groups, self.timeout)
+        on_source = consumer_groups.groups_committed(source, groups, self.timeout)
         progress = self._relay_progress(source, routes)  # read before the destination's ends
-        on_target = admin.groups_committed(self.target, groups, self.timeout)
-        target_groups = admin.listed_groups(self.target, self.timeout)
+        on_target = consumer_groups.groups_committed(self.target, groups, self.timeout)
+        target_groups = consumer_groups.listed_groups(self.target, self.timeout)
         by_dest: dict[TP, list[SourcePartition]] = {}
         self._origin = {route.key: route.origin for route in routes}
         for route in routes:
@@ -183,7 +183,9 @@ class GroupSync:
         offsets, or the relay group's commits (other processes relay the rest)."""
         keys, incarnations = [r.key for r in routes], {r.key: r.incarnation for r in routes}
         group = self.cfg.app.group_id
-        committed = admin.committed_offsets(source, group, keys, self.timeout, incarnations)
+        committed = consumer_groups.committed_offsets(
+            source, group, keys, self.timeout, incarnations
+        )
         mine = self._progress()
         return {k: max(mine.get(k, -1), committed.get(k) or -1) for k in keys}
 
@@ -211,13 +213,13 @@ class GroupSync:
             offset = found if offset is None else min(offset, found)
         return Translated(dest, offset, end, before, sources)
 
-    def _activity(self, group: str, listed: admin.ListedGroup | None) -> str:
+    def _activity(self, group: str, listed: consumer_groups.ListedGroup | None) -> str:
         """Why `group` counts as active on the target ("": it does not)."""
         if listed is not None and listed.state in ACTIVE_STATES:
             return f"{listed.state}, {listed.type or 'classic'} protocol"
         if listed is not None and listed.state in IDLE_STATES:
             return ""
-        members = admin.group_members(self.target, group, self.timeout)  # no state said
+        members = consumer_groups.group_members(self.target, group, self.timeout)  # no state said
         return f"{members} member(s)" if members else ""
 
     def _commit(self, result: GroupResult) -> GroupResult:
@@ -230,8 +232,10 @@ class GroupSync:
         }
         if moved:
             try:
-                admin.commit_group(self.target, result.group, moved, self.timeout)
-            except admin.GroupHasMembers as exc:  # a member joined since the state was read
+                consumer_groups.commit_group(self.target, result.group, moved, self.timeout)
+            except (
+                consumer_groups.GroupHasMembers
+            ) as exc:  # a member joined since the state was read
                 return GroupResult(result.group, result.read_at, result.partitions, str(exc))
         return GroupResult(result.group, result.read_at, result.partitions, "", len(moved))
 

@@ -1,7 +1,7 @@
 """Which configs a destination topic ktm creates takes from its source topic, as MirrorMaker 2
 copies them: only those set on the source topic (DescribeConfigs source DYNAMIC_TOPIC_CONFIG,
 never defaults), named in `[target].config_include` ([] = all), not in `config_exclude`
-(MirrorMaker 2's list and what a target refuses: relay.config.readers.CONFIG_EXCLUDE), and
+(MirrorMaker 2's list and what a target refuses: relay.config.choices.CONFIG_EXCLUDE), and
 known to the target. A key the target does not know (removed in Kafka 4.0, a vendor's) would
 fail the creation: it is left out with a debug line. The target says which names it knows when
 asked to validate a topic it would create (CreateTopics v5+, validate only); a target that does

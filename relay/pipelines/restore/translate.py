@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from relay.clients import admin
+from relay.clients import consumer_groups
 from relay.config import Config
 from relay.spec import PartitionRoute
 from relay.store import group_snapshot_path
@@ -44,7 +44,7 @@ def carry_groups(cfg: Config, routes: list[PartitionRoute], timeout: float) -> l
                                            sole=feeders[dest] == 1)  # fmt: skip
             translated[dest] = min(found, translated.get(dest, found))
         if translated:
-            admin.commit_group(target, group, translated, timeout)
+            consumer_groups.commit_group(target, group, translated, timeout)
         line = f"group {group}: {len(translated)} partition offset(s) committed on the target"
         log.info("%s", line)
         lines.append(line)

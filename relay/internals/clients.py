@@ -1,0 +1,80 @@
+"""kafka-python's consumers, groups, admin client and metadata (relay.internals)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relay.internals.missing import Missing, attr
+
+
+def position(consumer: Any, tp: Any) -> int | None:
+    """A partition's next offset from the consumer's subscription state, without the round trip
+    `KafkaConsumer.position()` may make; None if it is not known there."""
+    state = attr(consumer, "_subscription", "KafkaConsumer._subscription").assignment.get(tp)
+    found = getattr(state, "position", None)
+    return None if found is None else int(found.offset)
+
+
+def request_rejoin(consumer: Any) -> None:
+    """Make this member rejoin its group (with new metadata) without leaving it."""
+    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    attr(coordinator, "request_rejoin", "ConsumerCoordinator.request_rejoin")()
+
+
+def joining(consumer: Any) -> bool:
+    """This member's JoinGroup/SyncGroup exchange is on the wire (False once it ended).
+
+    kafka-python 3.0.12 keeps that exchange as a task across polls, but when it completes
+    after one poll gave up waiting and before the next one looks, the next one finds it done,
+    drops its outcome and sends a new JoinGroup: one more rebalance (3 s more at Tansu, a new
+    generation for every member on Kafka), seen in 1 start of 5 on a busy driver. A caller
+    that knows a join is out can wait for it longer (`await_join`)."""
+    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    task = attr(coordinator, "_join_task", "BaseCoordinator._join_task")
+    return task is not None and not task.is_done
+
+
+def await_join(consumer: Any, timeout: float) -> None:
+    """Wait up to `timeout` seconds for the join that is out, returning as soon as it ends
+    (with its callbacks run, as in a poll): a consumer's poll, given no partition to fetch,
+    waits out its whole timeout even after the join ended."""
+    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    ensure = attr(coordinator, "ensure_active_group", "ConsumerCoordinator.ensure_active_group")
+    ensure(timeout_ms=int(timeout * 1000))
+
+
+def last_heartbeat(consumer: Any) -> float:
+    """When the coordinator last answered this member's heartbeat (monotonic), -inf while the
+    member is not stable in its group."""
+    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    if not coordinator.stable():
+        return float("-inf")
+    heartbeat = attr(coordinator, "heartbeat", "ConsumerCoordinator.heartbeat")
+    return float(attr(heartbeat, "last_receive", "Heartbeat.last_receive"))
+
+
+def group_member_count(admin: Any, group: str) -> int:
+    """Members of a consumer group, from DescribeGroups read without kafka-python's decoding of
+    the authorized operations (which fails on brokers that answer a value it does not know:
+    Tansu does)."""
+    find = attr(admin, "_find_coordinator_ids", "KafkaAdminClient._find_coordinator_ids")
+    build = attr(admin, "_describe_groups_request", "KafkaAdminClient._describe_groups_request")
+    manager = attr(admin, "_manager", "KafkaAdminClient._manager")
+
+    async def describe(_: Any) -> int:
+        coordinators = await find([group])
+        response = await manager.send(build([group]), node_id=coordinators[group])
+        return sum(len(described.members) for described in response.groups)
+
+    return int(manager.run(describe, admin))
+
+
+def metadata_config(client: Any) -> dict[str, Any]:
+    """The config dict a client's cluster metadata reads (`allow_auto_create_topics`)."""
+    cluster = getattr(client, "_metadata", None)  # a producer's
+    if cluster is None:  # a consumer's or an admin client's
+        cluster = getattr(getattr(client, "_manager", None), "cluster", None)
+    config = getattr(cluster, "config", None)
+    if not isinstance(config, dict) or "allow_auto_create_topics" not in config:
+        raise Missing("ClusterMetadata.config['allow_auto_create_topics']")
+    return config
