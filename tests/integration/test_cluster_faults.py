@@ -130,7 +130,7 @@ def test_a_broker_frozen_past_the_request_timeouts(kafka_trio, tmp_path, spark, 
 
 
 UNCLEAN = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
-IN_SYNC, ALONE, AFTER = 100, 50, 5  # records: acks=all to both replicas, acks=1 to the leader
+IN_SYNC, ALONE, AFTER = 100, 50, 60  # records: acks=all to both replicas, acks=1 to the leader
 
 
 def unclean_topic(trio: KafkaCluster, leader: int, follower: int) -> str:
@@ -168,9 +168,10 @@ def test_an_unclean_leader_election_below_the_copy_halts_the_partition_and_count
 ) -> None:
     """Offsets 0-99 in sync on nodes 1 and 2; node 2 stops, 100-149 go to node 1 alone (acks=1)
     and are copied; node 1 is killed and node 2 comes back, stale, and the broker elects it
-    uncleanly (the topic's config): the source log now ends at 100. The running relay halts the
-    partition at 150 in one ERROR line naming offsets 100-149, counted as truncated, and copies
-    nothing the new leader writes under offsets the copy holds."""
+    uncleanly (the topic's config): the source log parts from the copy at 100, and takes 60 new
+    records at once, past 150, before the relay's next fetch (so no fetch is out of range: the
+    leader's diverging epoch tells). The running relay halts the partition at 150 in one ERROR
+    line naming offsets 100-149, counted as truncated, and copies none of the new records."""
     leader, follower = SOURCE_LEADER, 2
     src = unclean_topic(kafka_trio, leader, follower)
     dst = kafka_trio.create_topic(unique_topic("unclean-dst"), 1, led_by=3)
@@ -188,9 +189,8 @@ def test_an_unclean_leader_election_below_the_copy_halts_the_partition_and_count
         kafka_trio.node(follower).launch()  # with node 3: a controller quorum again
         wait_until(lambda: led_by(kafka_trio, src) == follower, 60,
                    "the stale follower is elected uncleanly")  # fmt: skip
-        # its next fetch asks for 150, above the new end: OFFSET_OUT_OF_RANGE
-        wait_until(lambda: bool(halts.all()), 60, "the partition halts")
         produce(kafka_trio.bootstrap, src, [Record(value=b"new", partition=0)] * AFTER)
+        wait_until(lambda: bool(halts.all()), 60, "the partition halts")
         time.sleep(2)  # a few fetches' time: none copies the new leader's records
     finally:
         try:

@@ -11,7 +11,7 @@ from relay.engine.driver.progress import plain_line
 from relay.engine.driver.status import Status
 from relay.engine.driver.summary import RunSummary
 from relay.engine.metrics import Metrics
-from relay.losses import DELETED, TRUNCATED, Loss, LossCounter, out_of_range
+from relay.losses import DELETED, TRUNCATED, Loss, LossCounter, diverged, out_of_range
 from relay.spec import PartitionProgress, PartitionRoute
 
 KEY = ("orders", 0)
@@ -35,6 +35,13 @@ def test_a_position_above_the_log_end_is_a_truncation_which_always_halts() -> No
     assert loss == Loss(KEY, 280, 300, TRUNCATED, 300)
     assert (loss.count, loss.resume, loss.halts("warn")) == (20, 300, True)
     assert "source log truncated below what was copied" in loss.describe()
+
+
+def test_a_leader_diverging_below_the_position_is_a_truncation_from_there() -> None:
+    """An unclean leader whose log has grown past the position since: the fetch is in range,
+    but the leader says its log parts from the one read at 100."""
+    assert diverged(KEY, 150, 100) == Loss(KEY, 100, 150, TRUNCATED, 150)
+    assert diverged(KEY, 150, 150) is None and diverged(KEY, 150, -1) is None
 
 
 @pytest.mark.parametrize("position", [150, 200, 400])
