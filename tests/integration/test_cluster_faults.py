@@ -21,11 +21,14 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
+from relay.clients.consumer import GroupReader
+from relay.config import ClusterConfig
+from relay.losses import TRUNCATED, Loss
 from testbed.kafka import KafkaCluster
 from testbed.ktm_process import assert_one_error_line, run_ktm
 from testbed.provenance import attributed
 from testbed.records import Record, produce, read_all
-from testbed.topics import unique_topic, wait_until
+from testbed.topics import create_topic, unique_topic, wait_until
 from tests.support.inprocess import Background, assert_verified, verify_once
 from tests.support.relay import assert_exact_copy
 
@@ -38,14 +41,16 @@ SOURCE_LEADER, TARGET_LEADER = 1, 2
 FREEZE = 12.0  # seconds: past every request timeout below, and the broker's 9 s session
 
 
-def config(path: Path, trio: KafkaCluster, src: str, dst: str) -> Path:
+def config(path: Path, trio: KafkaCluster, src: str, dst: str, target: str = "") -> Path:
+    """`target`: the destination's bootstrap, when it is not the trio."""
     servers = ", ".join(f'"{node.bootstrap}"' for node in trio.nodes)
+    targets = f'"{target}"' if target else servers
     path.write_text(
         f'[app]\nmetrics_addr = ""\nsession_timeout = "6s"\n\n[topics]\n"{src}" = "{dst}"\n\n'
         f'[[sources]]\nname = "trio"\nservers = [{servers}]\n\n'
         '[source_pool]\nrequest_timeout = "2s"\nfetch_timeout = "5s"\n'
         'backoff_min = "200ms"\nbackoff_max = "1s"\n\n'
-        f'[target]\nservers = [{servers}]\nrequest_timeout = "5s"\n'
+        f'[target]\nservers = [{targets}]\nrequest_timeout = "5s"\n'
         'backoff_min = "200ms"\nbackoff_max = "1s"\n\n'
         f"[limits]\nrecords_per_second = {CAP}\n"
     )
@@ -163,39 +168,75 @@ def led_by(trio: KafkaCluster, topic: str) -> int | None:
         admin.close()
 
 
+def read_to(trio: KafkaCluster, topic: str, end: int) -> GroupReader:
+    """A reader of the record path (kafka-python's consumer) that read up to `end`: it knows the
+    leader epoch of what it read, as a relay's reader would."""
+    cluster = ClusterConfig("trio", tuple(node.bootstrap for node in trio.nodes))
+    reader = GroupReader(cluster, "unclean-record-path", 5.0)
+    reader.assign({(topic, 0): 0})
+    deadline = time.monotonic() + 30
+    while reader.positions([(topic, 0)])[(topic, 0)] < end:
+        assert time.monotonic() < deadline, f"the record path did not read up to {end}"
+        reader.poll(0.2)
+    return reader
+
+
+def first_losses(reader: GroupReader, timeout: float = 30) -> list[Loss]:
+    """The losses the reader's polls find first; it reads no record meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert reader.poll(0.2) == {}, "the record path read past the truncation"
+        found = reader.take_losses()
+        if found:
+            return found
+    raise TimeoutError(f"the record path found no loss within {timeout}s")
+
+
+@pytest.mark.brokers("kafka")
 def test_an_unclean_leader_election_below_the_copy_halts_the_partition_and_counts_the_lost(
-    kafka_trio: KafkaCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    kafka_trio: KafkaCluster, target_broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Offsets 0-99 in sync on nodes 1 and 2; node 2 stops, 100-149 go to node 1 alone (acks=1)
     and are copied; node 1 is killed and node 2 comes back, stale, and the broker elects it
     uncleanly (the topic's config): the source log parts from the copy at 100, and takes 60 new
     records at once, past 150, before the relay's next fetch (so no fetch is out of range: the
     leader's diverging epoch tells). The running relay halts the partition at 150 in one ERROR
-    line naming offsets 100-149, counted as truncated, and copies none of the new records."""
+    line naming offsets 100-149, counted as truncated, and copies none of the new records. A
+    reader of the record path, at 150 too, finds the same loss (kafka-python's validation).
+
+    The destination is a node of its own: with leader and follower down at once the trio has
+    one controller of three, no quorum, until the follower is back; the relay's group (on the
+    destination) would lose its coordinator meanwhile, and kafka-python's member was seen to
+    spin on the dead one for over a minute after (2 runs of 6)."""
     leader, follower = SOURCE_LEADER, 2
     src = unclean_topic(kafka_trio, leader, follower)
-    dst = kafka_trio.create_topic(unique_topic("unclean-dst"), 1, led_by=3)
+    dst = create_topic(target_broker.bootstrap, unique_topic("unclean-dst"), partitions=1)
     old = [Record(value=b"in-sync %d" % i, partition=0) for i in range(IN_SYNC)]
     old += [Record(value=b"leader alone %d" % i, partition=0) for i in range(ALONE)]
     produce(kafka_trio.bootstrap, src, old[:IN_SYNC])
-    relay = Background(config(tmp_path / "c.toml", kafka_trio, src, dst), failover=False)
-    halts = relay.relay.status.halts
+    conf = config(tmp_path / "c.toml", kafka_trio, src, dst, target_broker.bootstrap)
+    relay = Background(conf, failover=False)
+    halts, reader = relay.relay.status.halts, None
     try:
         wait_until(lambda: relay.produced() >= IN_SYNC, 60, "the in-sync records are copied")
         kafka_trio.node(follower).stop()  # a controlled shutdown: out of the ISR at once
         produce(kafka_trio.bootstrap, src, old[IN_SYNC:], acks=1)
         wait_until(lambda: relay.produced() >= len(old), 60, "the leader's own are copied")
+        reader = read_to(kafka_trio, src, len(old))
         kafka_trio.node(leader).kill()
         kafka_trio.node(follower).launch()  # with node 3: a controller quorum again
         wait_until(lambda: led_by(kafka_trio, src) == follower, 60,
                    "the stale follower is elected uncleanly")  # fmt: skip
         produce(kafka_trio.bootstrap, src, [Record(value=b"new", partition=0)] * AFTER)
         wait_until(lambda: bool(halts.all()), 60, "the partition halts")
+        assert first_losses(reader) == [Loss((src, 0), IN_SYNC, len(old), TRUNCATED, len(old))]
         time.sleep(2)  # a few fetches' time: none copies the new leader's records
     finally:
         try:
             relay.finish()
         finally:  # the trio whole again for the module's other tests
+            if reader is not None:
+                reader.close()
             for node in (follower, leader):
                 kafka_trio.node(node).launch()
             kafka_trio.wait_ready()
@@ -215,6 +256,6 @@ def test_an_unclean_leader_election_below_the_copy_halts_the_partition_and_count
     assert lost == ALONE
     now = [r.value for r in read_all(kafka_trio.bootstrap, src, timeout=30)[0]]
     assert now == [r.value for r in old[:IN_SYNC]] + [b"new"] * AFTER  # 100-149 are gone
-    copied = attributed(read_all(kafka_trio.bootstrap, dst, timeout=30)[0])
+    copied = attributed(read_all(target_broker.bootstrap, dst, timeout=30)[0])
     assert [(r.partition, r.offset) for r in copied] == [(0, o) for o in range(len(old))]
     assert [r.record.value for r in copied] == [record.value for record in old]
