@@ -8,7 +8,9 @@ A fetch from a position outside [log start, log end] is answered OFFSET_OUT_OF_R
 - above the log end: the log was cut below what ktm already copied (an unclean leader election,
   a node that came back empty, a topic deleted and recreated). The copy holds records the source
   no longer has, and the source's next records will reuse their offsets: `truncated`, the
-  offsets from the log end up to the position.
+  offsets from the log end up to the position. A new leader whose log has already grown past
+  the position answers in range: the batch reader names the epoch of the last batch it read,
+  and the leader says where its log parts from that one (`diverged`): truncated from there.
 
 `[source_pool].on_loss` says what to do about deleted records: "warn" goes on at the log start,
 counting; "stop" halts the partition at the position (relay.engine.driver.halts). A truncation
@@ -65,8 +67,8 @@ class Loss:
             )
         return (
             f"source log truncated below what was copied: {where} ({self.count} records the "
-            f"copy holds are gone at the source, which now ends at {self.first}: an unclean "
-            "leader election, a node that came back empty, or the topic recreated)"
+            f"copy holds are gone at the source, whose log now parts from it at {self.first}: an "
+            "unclean leader election, a node that came back empty, or the topic recreated)"
         )
 
 
@@ -76,6 +78,16 @@ def out_of_range(key: SourcePartition, position: int, begin: int, end: int) -> L
     if position < begin:
         return Loss(key, position, begin, DELETED, position)
     if position > end:
+        return Loss(key, end, position, TRUNCATED, position)
+    return None
+
+
+def diverged(key: SourcePartition, position: int, end: int) -> Loss | None:
+    """What a leader saying its log parts at `end` from the one ktm read up to `position`
+    means (Fetch's DivergingEpoch: an unclean leader election, found even when the new log has
+    grown past the position): the offsets from `end` on are truncated. None when `end` is not
+    below the position (the same rule as Kafka's consumer: nothing read was lost)."""
+    if 0 <= end < position:
         return Loss(key, end, position, TRUNCATED, position)
     return None
 

@@ -26,6 +26,12 @@ Each broker gets an incremental fetch session (`relay.clients.fetch_session`, KI
 offers one: a request then names only the partitions whose fetch offset changed. A response may
 end with a partial batch; the caller fetches again from the next offset after the last whole
 batch (`relay.batches.rebuild` gives it), so nothing is returned twice or skipped.
+
+A fetch names the leader epoch of the last batch the caller read from the partition (Fetch v12's
+`LastFetchedEpoch`, as a follower does): when the leader's log diverges from the one that batch
+came from (an unclean leader election), it answers no records and where the two part
+(`Fetched.diverged`), even when its log has grown past the fetch offset since, which an
+out-of-range answer would not tell.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from kafka import errors as kafka_errors
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest
 
-from relay.clients.fetch_session import FetchSession, NextFetch
+from relay.clients.fetch_session import FetchSession, NextFetch, Wanted
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig, FetchConfig
 
@@ -70,6 +76,9 @@ class Fetched(NamedTuple):
     # read_committed (no open transaction's record lies before it), else the high watermark.
     end: int = -1
     aborted: tuple[tuple[int, int], ...] = ()  # (producer id, first offset): read_committed
+    # The leader's log diverges from the one the fetch's last fetched epoch was read from at
+    # this offset (the end of that epoch on the leader): -1 when it does not.
+    diverged: int = -1
 
 
 class Answer(NamedTuple):
@@ -127,9 +136,12 @@ class BatchFetcher:
 
     # ---- pipelined: send, then receive what came ------------------------------------------
 
-    def send(self, positions: Mapping[TP, int]) -> list[Answer]:
+    def send(
+        self, positions: Mapping[TP, int], epochs: Mapping[TP, int] | None = None
+    ) -> list[Answer]:
         """A fetch to each leader of `positions` that has none on the wire (the others' turn
-        comes once theirs is answered). Returns an error answer for each partition that could
+        comes once theirs is answered), naming for each partition in `epochs` the leader epoch
+        of the last batch read from it. Returns an error answer for each partition that could
         not be asked: its leader is unknown."""
         self._know_topics({topic for topic, _ in positions})
         refused: list[Answer] = []
@@ -137,8 +149,9 @@ class BatchFetcher:
             for lane, lane_keys in self._by_lane(keys).items():
                 self._lanes.add((node, lane))
                 if (node, lane) not in self._wire:
-                    offsets = {key: positions[key] for key in lane_keys}
-                    self._wire[(node, lane)] = self._send_to((node, lane), offsets)
+                    wanted = {key: (positions[key], self._partition_max_bytes,
+                                    (epochs or {}).get(key, -1)) for key in lane_keys}  # fmt: skip
+                    self._wire[(node, lane)] = self._send_to((node, lane), wanted)
         if refused and not self._wire:
             # nothing on the wire polls the client: the metadata update asked for the unknown
             # leaders (a partition added while running) would never be sent
@@ -235,16 +248,15 @@ class BatchFetcher:
 
     # ---- the wire -------------------------------------------------------------------------
 
-    def _send_to(self, where: tuple[int, int], offsets: dict[TP, int]) -> _OnTheWire:
+    def _send_to(self, where: tuple[int, int], wanted: dict[TP, Wanted]) -> _OnTheWire:
         node, session = where[0], None
         if self._sessions is not None:
             session = self._sessions.setdefault(where, FetchSession())
-            wanted = {key: (offset, self._partition_max_bytes) for key, offset in offsets.items()}
             plan = session.next_fetch(wanted)
-            offsets = {key: w[0] for key, w in session.partitions().items()}
+            wanted = session.partitions()
         else:
-            plan = NextFetch(0, -1, {k: (o, self._partition_max_bytes) for k, o in offsets.items()},
-                             [], True)  # fmt: skip
+            plan = NextFetch(0, -1, wanted, [], True)
+        offsets = {key: w[0] for key, w in wanted.items()}
         future = self._client.send(node, self._request(plan))
         return _OnTheWire(node, future, offsets, time.monotonic(), True, session)
 
@@ -295,7 +307,7 @@ class BatchFetcher:
                 (txn.producer_id, txn.first_offset) for txn in part.aborted_transactions or ()
             )
         return Fetched(part.records or b"", part.high_watermark, part.log_start_offset, error,
-                       end, aborted)  # fmt: skip
+                       end, aborted, _diverged(part))  # fmt: skip
 
     def _know_topics(self, topics: set[str]) -> None:
         """Metadata for `topics`, asked for when missing and polled briefly: a partition
@@ -331,13 +343,13 @@ class BatchFetcher:
         self._turn += 1
         turn = self._turn % len(entries) if entries else 0
         by_topic: dict[str, list[Any]] = defaultdict(list)
-        for (topic, partition), (offset, max_bytes) in entries[turn:] + entries[:turn]:
+        for (topic, partition), (offset, max_bytes, epoch) in entries[turn:] + entries[:turn]:
             by_topic[topic].append(
                 _FetchPartition(
                     partition=partition,
                     current_leader_epoch=-1,
                     fetch_offset=offset,
-                    last_fetched_epoch=-1,
+                    last_fetched_epoch=epoch,
                     log_start_offset=-1,
                     partition_max_bytes=max_bytes,
                 )
@@ -394,6 +406,15 @@ def probe(
 def out_of_range(error: BaseException) -> bool:
     """A fetch outside the partition's log: records lost before they were read (relay.losses)."""
     return isinstance(error, kafka_errors.OffsetOutOfRangeError)
+
+
+def _diverged(part: Any) -> int:
+    """Where the leader's log parts from the one the last fetched epoch was read from (Fetch
+    v12+'s DivergingEpoch, -1 by default; older versions have none)."""
+    epoch = getattr(part, "diverging_epoch", None)
+    if epoch is None or epoch.epoch < 0 or epoch.end_offset < 0:
+        return -1
+    return int(epoch.end_offset)
 
 
 def _failed(error: BaseException) -> Fetched:

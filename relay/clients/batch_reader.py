@@ -29,7 +29,7 @@ from relay.batches import SourceBatch, drop_aborted, split_batches
 from relay.clients.batch_fetch import Answer, BatchFetcher
 from relay.clients.consumer import TP, GroupReader
 from relay.config import ClusterConfig, FetchConfig
-from relay.losses import out_of_range
+from relay.losses import diverged, out_of_range
 from relay.spec import FetchTrouble
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ class BatchReader(GroupReader):
         if warm:
             warming.join()
         self._positions: dict[TP, int] = {}
+        self._epochs: dict[TP, int] = {}  # the leader epoch of the last batch read
         self._paused: set[TP] = set()
         self._highwater: dict[TP, int] = {}
         self.trouble: dict[str, NodeTrouble] = {}
@@ -97,6 +98,7 @@ class BatchReader(GroupReader):
         self._fetcher.abandon()
         self._tps = {key: TopicPartition(*key) for key in starts}
         self._positions = dict(starts)
+        self._epochs = {}
         self._paused = set()
         self._highwater = {}
         self.losses = []
@@ -109,7 +111,7 @@ class BatchReader(GroupReader):
         goes on after them; it is on the wire already when this returns."""
         if len(self._paused) == len(self._positions):
             return {}
-        answers = [] if self._fetcher.busy() else self._fetcher.send(self._wanted())
+        answers = [] if self._fetcher.busy() else self._fetcher.send(self._wanted(), self._epochs)
         answers += self._fetcher.receive(timeout)
         found: dict[TP, list[SourceBatch]] = {}
         failed: dict[str, BaseException] = {}  # broker: the error of its failed fetch
@@ -121,15 +123,20 @@ class BatchReader(GroupReader):
                 if self._on_error(answer):
                     failed[answer.node] = answer.fetched.error
                 continue
+            loss = diverged(key, answer.offset, answer.fetched.diverged)
+            if loss is not None:  # the position stays: the task halts the partition there
+                self.losses.append(loss)
+                continue
             self._highwater[key] = answer.fetched.end
             batches, _ = split_batches(answer.fetched.data)
             if batches:
+                self._epochs[key] = batches[-1].header.leader_epoch
                 # past every whole batch, an aborted transaction's too; the batches of those
                 # are dropped (read_committed) and may leave none: the partition still moves
                 found[key] = drop_aborted(batches, answer.fetched.aborted)
                 self._positions[key] = max(self._positions[key], batches[-1].next_offset)
-        if answers:
-            self._fetcher.send(self._wanted())  # the next fetch travels while these are written
+        if answers:  # the next fetch travels while these are written
+            self._fetcher.send(self._wanted(), self._epochs)
         for node, error in failed.items():
             trouble = self.trouble.setdefault(node, NodeTrouble())
             trouble.failures += 1
@@ -156,6 +163,7 @@ class BatchReader(GroupReader):
             if loss is not None:
                 self.losses.append(loss)
                 self._positions[key] = loss.resume
+                self._epochs.pop(key, None)  # no batch read before the new position yet
                 return False
         if error is not None and not getattr(error, "retriable", False):
             raise error

@@ -18,7 +18,7 @@ from kafka.structs import OffsetAndMetadata
 from relay import internals
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
-from relay.losses import Loss, out_of_range
+from relay.losses import Loss, diverged, out_of_range
 
 TP = tuple[str, int]
 
@@ -68,7 +68,25 @@ class GroupReader:
         except kafka_errors.OffsetOutOfRangeError as exc:
             self._out_of_range(exc.args[0] if exc.args else {})
             return {}
+        except kafka_errors.LogTruncationError as exc:
+            self._truncated(exc)
+            return {}
         return {(tp.topic, tp.partition): records for tp, records in batch.items()}
+
+    def _truncated(self, error: kafka_errors.LogTruncationError) -> None:
+        """Positions kafka-python's validation (KIP-320) found past where a new leader's log
+        parts from the one read (an unclean leader election, even once the new log has grown
+        past them): each a truncation (relay.losses), kept for the task to take, which halts
+        the partition. A divergence the leader cannot place fails the poll, as before."""
+        parts = {(tp.topic, tp.partition): found
+                 for tp, found in error.divergent_offsets.items()}  # fmt: skip
+        if not parts or any(key not in self._tps or found is None for key, found in parts.items()):
+            raise error
+        positions = self.positions(parts)
+        losses = [diverged(key, positions[key], found.offset) for key, found in parts.items()]
+        if any(loss is None for loss in losses):
+            raise error
+        self.losses += [loss for loss in losses if loss is not None]
 
     def _out_of_range(self, positions: Mapping[TopicPartition, int]) -> None:
         """Positions the broker called out of the log's range: each a loss (relay.losses),

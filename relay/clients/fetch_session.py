@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 TP = tuple[str, int]
 
-# Fetch request entry of one partition: (fetch offset, partition max bytes)
-Wanted = tuple[int, int]
+# Fetch request entry of one partition: (fetch offset, partition max bytes, last fetched epoch)
+Wanted = tuple[int, int, int]
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71

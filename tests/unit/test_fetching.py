@@ -211,6 +211,27 @@ def test_read_committed_asks_for_it_and_answers_the_stable_end_and_the_aborted(n
     assert (answer.fetched.end, answer.fetched.aborted) == (100, ())
 
 
+def test_a_fetch_names_the_last_fetched_epoch_and_reads_where_the_leader_diverges(net):
+    """Fetch v12's LastFetchedEpoch, as a follower sends it: a leader elected uncleanly answers
+    where its log parts from the one read (DivergingEpoch); -1 where it does not say."""
+    f = fetcher(net, sessions=True)
+    f.send({(T, 0): 150, (T, 2): 9}, {(T, 0): 3})
+    epochs = {p.partition: p.last_fetched_epoch for t in net.to(1)[0].topics for p in t.partitions}
+    assert epochs == {0: 3, 2: -1}
+    net.answer(0, {0: b""}, session_id=5, diverging_epoch=SimpleNamespace(epoch=3, end_offset=100))
+    (answer,) = f.receive(0.0)
+    assert (answer.key, answer.offset, answer.fetched.diverged) == ((T, 0), 150, 100)
+
+    f.send({(T, 0): 150, (T, 2): 9}, {(T, 0): 4})  # a new epoch alone is named again
+    assert named(net.to(1)[1]) == {(T, 0): 150}
+    net.answer(1, {0: b"", 2: b""}, session_id=5,
+               diverging_epoch=SimpleNamespace(epoch=-1, end_offset=-1))  # fmt: skip
+    assert [a.fetched.diverged for a in f.receive(0.0)] == [-1, -1]
+    f.send({(T, 0): 151, (T, 2): 9}, {(T, 0): 4})
+    net.answer(2, {0: b""}, session_id=5)  # Fetch v11 and older: no diverging epoch at all
+    assert [a.fetched.diverged for a in f.receive(0.0)] == [-1]
+
+
 def test_a_session_names_only_what_changed_after_the_broker_created_it(net):
     f = fetcher(net, sessions=True)
     f.send({(T, 0): 5, (T, 2): 9})
@@ -231,7 +252,7 @@ def test_a_session_names_only_what_changed_after_the_broker_created_it(net):
 
 def test_a_broker_without_sessions_gets_full_fetches():
     session = FetchSession()
-    wanted = {(T, 0): (5, 1024)}
+    wanted = {(T, 0): (5, 1024, -1)}
     assert session.next_fetch(wanted).full
     session.answered(0, 0)  # no session created (Tansu, or a full cache)
     again = session.next_fetch(wanted)
@@ -240,15 +261,15 @@ def test_a_broker_without_sessions_gets_full_fetches():
 
 def test_a_session_error_or_a_failed_fetch_starts_over_with_a_full_fetch():
     session = FetchSession()
-    session.next_fetch({(T, 0): (5, 1024)})
+    session.next_fetch({(T, 0): (5, 1024, -1)})
     session.answered(0, 9)
-    assert not session.next_fetch({(T, 0): (6, 1024)}).full
+    assert not session.next_fetch({(T, 0): (6, 1024, -1)}).full
     session.answered(INVALID_FETCH_SESSION_EPOCH, 9)
-    assert session.next_fetch({(T, 0): (6, 1024)}).full
+    assert session.next_fetch({(T, 0): (6, 1024, -1)}).full
     session.answered(0, 10)
-    assert session.next_fetch({(T, 0): (7, 1024)}).session_id == 10
+    assert session.next_fetch({(T, 0): (7, 1024, -1)}).session_id == 10
     session.forget()  # the request failed: what the broker holds is unknown
-    assert session.next_fetch({(T, 0): (7, 1024)}).send == {(T, 0): (7, 1024)}
+    assert session.next_fetch({(T, 0): (7, 1024, -1)}).send == {(T, 0): (7, 1024, -1)}
 
 
 def test_warming_connects_every_leader_of_the_topics_and_sends_no_fetch(net):

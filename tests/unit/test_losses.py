@@ -4,14 +4,19 @@ means, and how the driver counts, shows and says it (relay.engine.driver.status)
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
+from kafka import TopicPartition
+from kafka import errors as kafka_errors
+from kafka.structs import OffsetAndMetadata
 
+from relay.clients.consumer import GroupReader
 from relay.engine.driver.progress import plain_line
 from relay.engine.driver.status import Status
 from relay.engine.driver.summary import RunSummary
 from relay.engine.metrics import Metrics
-from relay.losses import DELETED, TRUNCATED, Loss, LossCounter, out_of_range
+from relay.losses import DELETED, TRUNCATED, Loss, LossCounter, diverged, out_of_range
 from relay.spec import PartitionProgress, PartitionRoute
 
 KEY = ("orders", 0)
@@ -35,6 +40,35 @@ def test_a_position_above_the_log_end_is_a_truncation_which_always_halts() -> No
     assert loss == Loss(KEY, 280, 300, TRUNCATED, 300)
     assert (loss.count, loss.resume, loss.halts("warn")) == (20, 300, True)
     assert "source log truncated below what was copied" in loss.describe()
+
+
+def test_a_leader_diverging_below_the_position_is_a_truncation_from_there() -> None:
+    """An unclean leader whose log has grown past the position since: the fetch is in range,
+    but the leader says its log parts from the one read at 100."""
+    assert diverged(KEY, 150, 100) == Loss(KEY, 100, 150, TRUNCATED, 150)
+    assert diverged(KEY, 150, 150) is None and diverged(KEY, 150, -1) is None
+
+
+def test_the_record_path_takes_a_truncation_kafka_python_found_for_a_loss() -> None:
+    """kafka-python's consumer validates a position after a leader change (KIP-320) and, with
+    no reset policy (ktm's), raises LogTruncationError naming where the new log parts."""
+    tp = TopicPartition(*KEY)
+
+    def truncated(found: OffsetAndMetadata | None) -> GroupReader:
+        def poll(timeout_ms: int) -> None:
+            raise kafka_errors.LogTruncationError({tp: found})
+
+        reader = GroupReader.__new__(GroupReader)
+        at_150 = SimpleNamespace(position=SimpleNamespace(offset=150))
+        reader._consumer = SimpleNamespace(poll=poll, _subscription=SimpleNamespace(
+            assignment={tp: at_150}))  # fmt: skip
+        reader._tps, reader.losses = {KEY: tp}, []
+        return reader
+
+    reader = truncated(OffsetAndMetadata(100, "", 1))
+    assert reader.poll(0.1) == {} and reader.take_losses() == [Loss(KEY, 100, 150, TRUNCATED, 150)]
+    with pytest.raises(kafka_errors.LogTruncationError):  # no place known: the poll fails
+        truncated(None).poll(0.1)
 
 
 @pytest.mark.parametrize("position", [150, 200, 400])
