@@ -16,29 +16,27 @@ from relay.config.choices import (
     SASL_MECHANISMS,
 )
 from relay.config.load import load_config
-from relay.config.model import (
+from relay.config.model import (  # the sections too (relay.config.sections)
+    AclsConfig,
     AppConfig,
     ClusterConfig,
     Config,
+    DiscoverConfig,
     FetchConfig,
+    FilterConfig,
+    GroupsConfig,
     LimitsConfig,
     SourcePoolConfig,
     SparkConfig,
+    StoreConfig,
     TargetConfig,
     TopicRoute,
+    VerifyConfig,
 )
 from relay.config.readers import (
     Secret,
     parse_duration,
     parse_size,
-)
-from relay.config.sections import (
-    AclsConfig,
-    DiscoverConfig,
-    FilterConfig,
-    GroupsConfig,
-    StoreConfig,
-    VerifyConfig,
 )
 
 __all__ = [

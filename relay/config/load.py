@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relay.config import sections as part
 from relay.config.choices import (
     SASL_MECHANISMS,
     TOP_LEVEL_KEYS,
@@ -28,14 +29,6 @@ from relay.config.readers import (
     _build,
     _show,
     _Table,
-)
-from relay.config.sections import (
-    AclsConfig,
-    DiscoverConfig,
-    FilterConfig,
-    GroupsConfig,
-    StoreConfig,
-    VerifyConfig,
 )
 from relay.errors import ConfigError
 
@@ -72,32 +65,32 @@ def load_config(
         dataclasses.replace(source, isolation_level=source_pool.isolation_level)
         for source in (_sources(doc) if "sources" in doc.mapping else ())
     )
-    discover = _build(DiscoverConfig, doc.sub("discover"))
+    discover = _build(part.DiscoverConfig, doc.sub("discover"))
     return Config(
         path=os.fspath(path),
         app=_build(AppConfig, doc.sub("app")),
         spark=_spark(doc.sub("spark")),
         topics=_topics(doc, discover),
         discover=discover,
-        groups=_build(GroupsConfig, doc.sub("groups")),
-        acls=_build(AclsConfig, doc.sub("acls")),
+        groups=_build(part.GroupsConfig, doc.sub("groups")),
+        acls=_build(part.AclsConfig, doc.sub("acls")),
         sources=sources,
         source_pool=source_pool,
         target=_target(doc.sub("target")) if "target" in doc.mapping else None,
         filters=_filters(doc, cli_filters),
         store=_store(doc.sub("store"), sources) if "store" in doc.mapping else None,
         limits=_build(LimitsConfig, doc.sub("limits")),
-        verify=_build(VerifyConfig, doc.sub("verify")),
+        verify=_build(part.VerifyConfig, doc.sub("verify")),
     )
 
 
-def _store(t: _Table, sources: tuple[ClusterConfig, ...]) -> StoreConfig:
+def _store(t: _Table, sources: tuple[ClusterConfig, ...]) -> part.StoreConfig:
     given: dict[str, Any] = {}
     if "cluster" not in t.mapping:
         if not sources:
             raise t.error("cluster", "required when the config has no [[sources]]")
         given["cluster"] = sources[0].name
-    store = _build(StoreConfig, t, **given)
+    store = _build(part.StoreConfig, t, **given)
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", store.cluster):
         raise t.error("cluster", f"expected a name of letters, digits, '.', '_', '-', got "
                       f"{_show(store.cluster)}")  # fmt: skip
@@ -119,7 +112,7 @@ def _store(t: _Table, sources: tuple[ClusterConfig, ...]) -> StoreConfig:
     return _store_compression(t, store)
 
 
-def _store_compression(t: _Table, store: StoreConfig) -> StoreConfig:
+def _store_compression(t: _Table, store: part.StoreConfig) -> part.StoreConfig:
     """JSON lines segments are plain text: no compression, so "none" is their default."""
     if store.format != "jsonl":
         return store
@@ -215,7 +208,7 @@ def _cluster(t: _Table, **given: Any) -> ClusterConfig:
     return cluster
 
 
-def _topics(doc: _Table, discover: DiscoverConfig) -> tuple[TopicRoute, ...]:
+def _topics(doc: _Table, discover: part.DiscoverConfig) -> tuple[TopicRoute, ...]:
     """[topics]; it may be empty (or absent) when [discover] chooses topics by pattern."""
     t = doc.sub("topics", required=not discover.include, quote=True)
     if not t.mapping and not discover.include:
@@ -262,10 +255,10 @@ def _sources(doc: _Table) -> tuple[ClusterConfig, ...]:
     return tuple(sources)
 
 
-def _filters(doc: _Table, cli_filters: Sequence[str]) -> tuple[FilterConfig, ...]:
+def _filters(doc: _Table, cli_filters: Sequence[str]) -> tuple[part.FilterConfig, ...]:
     table = doc.sub("filters")
-    sections = [_build(FilterConfig, table.sub(id_), id=id_) for id_ in table.mapping]
-    added: list[FilterConfig] = []
+    sections = [_build(part.FilterConfig, table.sub(id_), id=id_) for id_ in table.mapping]
+    added: list[part.FilterConfig] = []
     for given in cli_filters:
         real = os.path.realpath(given)
         if not os.path.isfile(real):
@@ -279,7 +272,7 @@ def _filters(doc: _Table, cli_filters: Sequence[str]) -> tuple[FilterConfig, ...
     return tuple(s for s in sections if s.enabled) + tuple(added)
 
 
-def _cli_filter(given: str, others: list[FilterConfig]) -> FilterConfig:
+def _cli_filter(given: str, others: list[part.FilterConfig]) -> part.FilterConfig:
     """A filter named only on the command line: its id is the file's stem."""
     filter_id = Path(given).stem
     clash = [f.path for f in others if f.id == filter_id]
@@ -287,4 +280,4 @@ def _cli_filter(given: str, others: list[FilterConfig]) -> FilterConfig:
         raise ConfigError(
             f'--filter {given}: filter id "{filter_id}" is already used by {clash[0]}'
         )
-    return FilterConfig(filter_id, os.path.abspath(given), from_section=False)
+    return part.FilterConfig(filter_id, os.path.abspath(given), from_section=False)
