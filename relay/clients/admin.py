@@ -34,7 +34,6 @@ from kafka.errors import (
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
-from relay.batches.provenance import marked_incarnation
 from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.kept import kept
 from relay.clients.login import check_login, login_problem
@@ -45,6 +44,7 @@ from relay.clients.settings import (  # noqa: F401
     never_create_topics,
 )
 from relay.config import ClusterConfig
+from relay.provenance.header import marked_incarnation
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def committed_offsets(
     """A consumer group's committed offset of each partition (None if never): one OffsetFetch
     for the whole group (a request per partition costs seconds with hundreds of them).
     `incarnations`: a commit whose metadata names another incarnation of its topic than the
-    one given (relay.batches.provenance) is one of a topic since deleted: None."""
+    one given (relay.provenance.header) is one of a topic since deleted: None."""
     marks = committed_marks(cluster, group_id, timeout)
     found: dict[TP, int | None] = {}
     for tp in tps:
