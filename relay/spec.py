@@ -1,4 +1,4 @@
-"""What the driver and the executors exchange: routes, task specs, results, the provenance header.
+"""What the driver and the executors exchange: routes, task specs, results.
 
 Shared by both sides and pure (no Kafka, no Spark). Specs and results are small frozen
 dataclasses: Spark pickles a spec to an executor and the result back.
@@ -8,18 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# the record path stamps it (relay.pipelines.kafka_target); one name for both forms
-from relay.batches.provenance import PROVENANCE_HEADER as PROVENANCE_HEADER
-from relay.batches.provenance import origin_topic
 from relay.filters import FilterSpec
 
+# what every copy carries, in either form (relay.provenance.header)
+from relay.provenance.header import PROVENANCE_HEADER as PROVENANCE_HEADER
+from relay.provenance.header import origin_topic
+
 SourcePartition = tuple[str, int]  # (source topic, partition)
-
-
-def provenance_prefix(cluster: str, topic: str, partition: int) -> bytes:
-    """The record form's header value up to the offset: `cluster/topic/partition/` (see
-    relay.batches.provenance). Topic names cannot hold '/'."""
-    return f"{cluster}/{topic}/{partition}/".encode()
 
 
 @dataclass(frozen=True)
@@ -29,7 +24,7 @@ class PartitionRoute:
     target_topic: str
     target_partition: int
     # how many times the source topic was followed into the same destination after it was
-    # deleted and created again (relay.batches.provenance: the header's `~n`)
+    # deleted and created again (relay.provenance.header: the header's `~n`)
     incarnation: int = 0
 
     @property

@@ -1,5 +1,5 @@
 """Which source record each destination record copies, read from the provenance headers ktm
-writes (relay.batches.provenance has their two forms): for the tests' checks and the
+writes (relay.provenance.header has their two forms): for the tests' checks and the
 benchmarks', with no code of ktm's own, so a bug in the relay cannot hide itself in them."""
 
 from __future__ import annotations

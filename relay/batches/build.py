@@ -52,8 +52,7 @@ from relay.batches.merge import (
     Rebase,
     finish_batch,
 )
-from relay.batches.provenance import provenance_header
-from relay.batches.records import last_record_start, parse_at, with_header
+from relay.batches.records import last_record_start, parse_at, provenance_header, with_header
 
 __all__ = ["DestBatch", "Origin", "Rebuilt", "finish_batch", "rebuild"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from relay.batches.build import DEFAULT_BUDGET, PROVENANCE_ROOM, DestBatch, Origin, finish_batch
-from relay.batches.provenance import provenance_header
+from relay.batches.records import provenance_header
 from relay.batches.varint import encode_varint
 
 _NULL = encode_varint(-1)

@@ -17,8 +17,14 @@ from dataclasses import dataclass
 
 from relay.batches import codecs
 from relay.batches.format import LOG_APPEND_TIME, SourceBatch, UnsupportedBatch, assemble
-from relay.batches.provenance import provenance_header
-from relay.batches.records import SINGLE_BYTES, last_record_start, parse_at, reframe, with_header
+from relay.batches.records import (
+    SINGLE_BYTES,
+    last_record_start,
+    parse_at,
+    provenance_header,
+    reframe,
+    with_header,
+)
 from relay.batches.varint import ENCODED, TABLE_SIZE, encode_varint, read_varint
 
 # Room kept per record in a budget: a re-framed record may grow (its offset and timestamp

@@ -8,10 +8,12 @@ where an offset or timestamp delta changes, and one header appended to a record.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from relay.batches.format import LOG_APPEND_TIME, SourceBatch
 from relay.batches.varint import encode_varint, read_varint
+from relay.provenance.header import PROVENANCE_HEADER, format_runs
 
 SINGLE_BYTES = [bytes((b,)) for b in range(256)]  # an attributes byte as bytes, without slicing
 
@@ -80,6 +82,14 @@ def with_header(
 def encode_header(key: str, value: bytes) -> bytes:
     name = key.encode()
     return b"".join((encode_varint(len(name)), name, encode_varint(len(value)), value))
+
+
+def provenance_header(
+    cluster: str, topic: str, partition: int, runs: Iterable[tuple[int, int]]
+) -> bytes:
+    """The encoded `ktm.src` header (key and value, the batch form of relay.provenance.header)
+    appended to a destination batch's last record."""
+    return encode_header(PROVENANCE_HEADER, format_runs(cluster, topic, partition, runs))
 
 
 class Decoded(NamedTuple):

@@ -49,7 +49,7 @@ class GroupReader:
         self._tps: dict[TP, TopicPartition] = {}
         self.losses: list[Loss] = []  # found by polls, not yet taken by the task
         # each commit's metadata, by partition: a followed topic's incarnation
-        # (relay.batches.provenance.commit_mark); set by whoever assigns
+        # (relay.provenance.header.commit_mark); set by whoever assigns
         self.commit_marks: dict[TP, str] = {}
         self._closed = False
 

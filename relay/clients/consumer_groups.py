@@ -1,5 +1,5 @@
 """Consumer groups, read and written from outside them: their committed offsets (the relay
-group's carry each followed topic's incarnation in their metadata: relay.batches.provenance),
+group's carry each followed topic's incarnation in their metadata: relay.provenance.header),
 their members and states, and commits into a group that has no member.
 
 Everything here must be correct for Apache Kafka; Tansu answers DescribeGroups with a value
@@ -24,10 +24,10 @@ from kafka.errors import (
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
-from relay.batches.provenance import marked_incarnation
 from relay.clients.admin import admin_client
 from relay.clients.batch_fetch import TP
 from relay.config import ClusterConfig
+from relay.provenance.header import marked_incarnation
 
 
 def committed_offsets(
@@ -40,7 +40,7 @@ def committed_offsets(
     """A consumer group's committed offset of each partition (None if never): one OffsetFetch
     for the whole group (a request per partition costs seconds with hundreds of them).
     `incarnations`: a commit whose metadata names another incarnation of its topic than the
-    one given (relay.batches.provenance) is one of a topic since deleted: None."""
+    one given (relay.provenance.header) is one of a topic since deleted: None."""
     marks = committed_marks(cluster, group_id, timeout)
     found: dict[TP, int | None] = {}
     for tp in tps:

@@ -192,7 +192,7 @@ class SourcePoolConfig:
     on_loss: str = field(default="warn", metadata=_reads(_choice, choices=ON_LOSS))
     # A source topic deleted and created again under its name while relayed: "stop" halts its
     # partitions where they were copied up to; "follow" copies the new topic from its log start
-    # into the same destination, its copies named by a new incarnation (relay.batches.provenance).
+    # into the same destination, its copies named by a new incarnation (relay.provenance.header).
     on_recreate: str = field(default="stop", metadata=_reads(_choice, choices=ON_RECREATE))
     # Records of aborted and still-open source transactions: "read_committed" never copies them
     # (an open one's records wait until it commits), "read_uncommitted" copies every record.

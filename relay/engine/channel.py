@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from relay.spec import ChannelAddress, FetchTrouble, GroupResult, PartitionProgress, TaskError
+from relay.engine.messages import decode, encode
+from relay.spec import ChannelAddress, GroupResult
 
 log = logging.getLogger(__name__)
 
@@ -38,90 +39,7 @@ HELLO_TIMEOUT = 5.0
 SEND_TIMEOUT = 2.0
 
 
-# ---- messages ---------------------------------------------------------------------------------
-
-
-def encode_progress(parts: Iterable[PartitionProgress]) -> list[list[Any]]:
-    return [
-        [
-            p.key[0],
-            p.key[1],
-            p.next_offset,
-            p.consumed,
-            p.produced,
-            p.produced_bytes,
-            p.highwater,
-            p.reached_stop,
-            [list(item) for item in p.filtered],
-            [list(item) for item in p.filter_errors],
-            p.segments,
-            None if p.waiting is None else [p.waiting[0], round(p.waiting[1], 1)],
-            p.hole,
-            [list(run) for run in p.unsure],
-        ]
-        for p in parts
-    ]
-
-
-def decode_progress(rows: list[list[Any]]) -> tuple[PartitionProgress, ...]:
-    return tuple(
-        PartitionProgress(
-            key=(str(r[0]), int(r[1])),
-            next_offset=int(r[2]),
-            consumed=int(r[3]),
-            produced=int(r[4]),
-            produced_bytes=int(r[5]),
-            highwater=None if r[6] is None else int(r[6]),
-            reached_stop=bool(r[7]),
-            filtered=tuple((str(f), int(n)) for f, n in r[8]),
-            filter_errors=tuple((str(f), int(n)) for f, n in r[9]),
-            segments=int(r[10]),
-            waiting=None if r[11] is None else (str(r[11][0]), float(r[11][1])),
-            hole=bool(r[12]),
-            unsure=tuple((int(first), int(count), int(state)) for first, count, state in r[13]),
-        )
-        for r in rows
-    )
-
-
-def encode_result(result: GroupResult) -> dict[str, Any]:
-    error = result.error
-    return {
-        "round": result.round_id,
-        "task": result.task_id,
-        "attempt": result.attempt,
-        "parts": encode_progress(result.partitions),
-        "error": None
-        if error is None
-        else [error.kind, error.message, error.retriable, list(error.key) if error.key else None],
-        "elapsed": result.elapsed,
-        "pid": result.worker_pid,
-        "lat": list(result.latencies),
-        "trouble": [[t.node, t.failures, t.error, t.waiting] for t in result.trouble],
-        "held": result.throttled,
-    }
-
-
-def decode_result(data: dict[str, Any]) -> GroupResult:
-    error = None
-    if data.get("error"):
-        kind, message, retriable, key = data["error"]
-        error = TaskError(str(kind), str(message), bool(retriable), tuple(key) if key else None)
-    return GroupResult(
-        round_id=int(data["round"]),
-        task_id=int(data["task"]),
-        attempt=int(data["attempt"]),
-        partitions=decode_progress(data["parts"]),
-        error=error,
-        elapsed=float(data.get("elapsed", 0.0)),
-        worker_pid=int(data.get("pid", 0)),
-        latencies=tuple(float(x) for x in data.get("lat", ())),
-        trouble=tuple(
-            FetchTrouble(str(node), int(failures), str(error), float(waiting))
-            for node, failures, error, waiting in data.get("trouble", ())
-        ),
-        throttled=float(data.get("held", 0.0)),
-    )
+# ---- messages (relay.engine.messages: each a JSON list of its dataclass's fields) -----------
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -275,7 +193,7 @@ class ControlServer:
         return int(message["round"]), int(message["task"]), int(message["attempt"])
 
     def _receive(self, ident: tuple[int, int, int], message: dict[str, Any]) -> None:
-        result = decode_result(message["result"])
+        result = decode(GroupResult, message["result"])
         self._on_report(Report(*ident, result=result, final=bool(message.get("final"))))
 
     def _answer(self, conn: socket.socket, round_id: int) -> None:
@@ -346,7 +264,7 @@ class ChannelClient:
     def report(self, result: GroupResult, final: bool = False) -> None:
         try:
             with self._send_lock:
-                _send(self._sock, {"result": encode_result(result), "final": final})
+                _send(self._sock, {"result": encode(result), "final": final})
         except OSError as exc:
             self._halt(f"cannot report to the driver: {exc}", lost=True)
 

@@ -16,14 +16,15 @@ from typing import Any, NamedTuple
 from relay.batches import DestBatch, Origin, SourceBatch, codecs, rebuild
 from relay.batches.build import COPY_FRACTION, DEFAULT_BUDGET
 from relay.batches.encode import encode_records
-from relay.batches.provenance import sourced_records
 from relay.clients.producer import REFUSED, TOO_LARGE, Delivery, PartitionFailed, Producer
 from relay.config import TargetConfig
 from relay.engine.executor import sides
 from relay.engine.executor.failures import DeliveryFailure, Refused, TargetFailure
+from relay.provenance.copies import sourced_records
+from relay.provenance.header import PROVENANCE_HEADER, provenance_prefix
+from relay.provenance.resume import destination_next_offsets
 from relay.refusals import Rules, TopicRules, first_refused, rules_for
-from relay.resume import destination_next_offsets
-from relay.spec import PROVENANCE_HEADER, PartitionRoute, PartitionWork, provenance_prefix
+from relay.spec import PartitionRoute, PartitionWork
 
 MAX_LATENCY_SAMPLES = 200  # per report: enough for a histogram, small to send
 # A partition with this many runs unacknowledged waits on the destination, not on the CPU (a

@@ -14,7 +14,7 @@ from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.filters import FilterSpec
 from relay.pipelines.recreated import RecreatedTopics
-from relay.resume import Delivered, check_continuity
+from relay.provenance.resume import Delivered, check_continuity
 from relay.spec import Rates, SourcePartition
 
 log = logging.getLogger(__name__)

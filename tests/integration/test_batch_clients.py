@@ -13,12 +13,12 @@ import pytest
 from kafka import KafkaProducer
 
 from relay import internals
-from relay.batches import DestBatch, Origin, Provenance, codecs, rebuild, split_batches
-from relay.batches.provenance import parse_provenance
+from relay.batches import DestBatch, Origin, codecs, rebuild, split_batches
 from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.batch_produce import BatchDelivery
 from relay.clients.producer import Producer
 from relay.config import ClusterConfig, TargetConfig
+from relay.provenance.header import Provenance, parse_provenance
 from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic
 from tests.conftest import BrokerFactory

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaProducer
 
-from relay.batches import parse_provenance, split_batches
+from relay.batches import split_batches
 from relay.clients.batch_fetch import BatchFetcher
 from relay.config import ClusterConfig
+from relay.provenance.header import parse_provenance
 from testbed.provenance import attributed
 from testbed.records import Record, produce, read_all
 from testbed.topics import unique_topic

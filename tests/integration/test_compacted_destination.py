@@ -12,7 +12,7 @@ in an "n" header (the checks read those, never ktm's code):
   each key of each source partition is there (nothing skipped);
 - a source partition whose last batch lost its header (its last record, a tombstone, cleaned),
   its committed offset behind that batch or gone: it resumes after the batch (its survivors
-  are its records: relay.attribution), on start-up as on a takeover (`where`);
+  are its records: relay.provenance.attribution), on start-up as on a takeover (`where`);
 - group sync into a compacted destination: the committed source offset becomes the offset of
   the first surviving copy of it or later, exactly.
 """
@@ -35,9 +35,9 @@ from kafka.structs import OffsetAndMetadata
 from relay.config import ClusterConfig, load_config
 from relay.engine.metrics import Metrics
 from relay.pipelines.relay.driver import RelayPipeline
-from relay.resume import at_destination
+from relay.provenance.resume import at_destination
+from relay.provenance.translation import first_copy_at_or_after
 from relay.spec import PartitionRoute
-from relay.translation import first_copy_at_or_after
 from testbed.ktm_process import ktm
 from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic, wait_until

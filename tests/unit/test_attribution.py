@@ -1,4 +1,4 @@
-"""relay.attribution: batches of a compacted destination that lost their provenance, told
+"""relay.provenance.attribution: batches of a compacted destination that lost their provenance, told
 apart by their records, on crafted tails (the cleaner's work as Kafka does it:
 tests.support.batches.cleaned) and a source read through a stand-in."""
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from relay import attribution
 from relay.batches import split_batches
-from relay.batches.provenance import format_runs
-from relay.resume import AtDestination, delivered_in, unsettled_in
+from relay.provenance import attribution
+from relay.provenance.header import format_runs
+from relay.provenance.resume import AtDestination, delivered_in, unsettled_in
 from tests.support.batches import T0, Rec, cleaned, make_batch
 
 A, B = ("t", 0), ("t", 1)
@@ -149,7 +149,7 @@ def test_a_later_incarnation_resumes_after_its_own_copies_not_the_earlier_ones()
     deleted, recreated and followed) its next incarnation's offsets 0-9: t[0] resumes at 10 of
     incarnation 1, though the earlier one's offsets are higher; a route still at incarnation 0
     learns it is behind."""
-    from relay.batches.provenance import origin_topic
+    from relay.provenance.header import origin_topic
     from relay.spec import PartitionRoute
 
     old = copied(source(0, 50), A, 0)

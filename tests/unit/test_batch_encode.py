@@ -9,10 +9,9 @@ import pytest
 
 from relay.batches import Origin, codecs, split_batches
 from relay.batches.encode import encode_records
-from relay.batches.provenance import PROVENANCE_HEADER
 from relay.batches.records import decode_batch
-from relay.resume import origins
-from relay.translation import copies_in
+from relay.provenance.copies import copies_in, origins
+from relay.provenance.header import PROVENANCE_HEADER
 
 
 class Stored(NamedTuple):

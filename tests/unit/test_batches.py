@@ -13,19 +13,17 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from relay.batches import (
     Origin,
-    Provenance,
     SourceBatch,
     UnsupportedBatch,
     codecs,
-    format_runs,
-    parse_provenance,
     rebuild,
     split_batches,
     stamp_producer,
 )
 from relay.batches.records import last_record_start
 from relay.batches.varint import encode_varint, read_varint
-from relay.resume import origins
+from relay.provenance.copies import origins
+from relay.provenance.header import Provenance, format_runs, parse_provenance
 from tests.support.batches import T0, Rec, control_batch, make_batch, recs
 
 ORIGIN = Origin("src", "orders", 3)
@@ -387,7 +385,7 @@ def test_a_stop_offset_leaves_out_the_records_at_and_after_it() -> None:
 def test_a_followed_topics_incarnation_travels_in_the_headers_topic() -> None:
     """`[source_pool].on_recreate = "follow"`: copies of a recreated topic's n-th incarnation
     name `topic~n`; the first incarnation names no suffix, as every copy before following."""
-    from relay.batches.provenance import commit_mark, marked_incarnation, origin_topic
+    from relay.provenance.header import commit_mark, marked_incarnation, origin_topic
 
     later = parse_provenance(format_runs("src", origin_topic("orders", 2), 1, [(0, 4)]))
     assert later == Provenance("src", "orders", 1, ((0, 4),), True, 2)

@@ -23,7 +23,7 @@ from relay.engine.metrics import Metrics
 from relay.pipelines.relay import driver
 from relay.pipelines.relay.driver import RelayPipeline
 from relay.pipelines.relay.topics import Found, Short
-from relay.resume import ResumePoint, SourceOffsets
+from relay.provenance.resume import ResumePoint, SourceOffsets
 from relay.spec import PartitionRoute
 
 SOURCE = ClusterConfig("src", ("s:1",))

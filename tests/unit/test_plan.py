@@ -8,23 +8,22 @@ from typing import Any, NamedTuple
 import pytest
 from crc32c import crc32c
 
-from relay import resume
-from relay.batches import Origin, Provenance, parse_provenance, rebuild, split_batches
+from relay.batches import Origin, rebuild, split_batches
 from relay.config import ClusterConfig, TopicRoute
 from relay.engine.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
-from relay.resume import (
+from relay.provenance import resume
+from relay.provenance.copies import copies_in, origins, provenance_lost
+from relay.provenance.header import Provenance, parse_provenance, provenance_prefix
+from relay.provenance.resume import (
     SourceOffsets,
     choose_start,
     delivered_in,
-    origins,
-    provenance_lost,
     resume_points,
     unsettled_in,
 )
 from relay.spec import PROVENANCE_HEADER as HEADER
-from relay.spec import PartitionRoute, provenance_prefix
-from relay.translation import copies_in
+from relay.spec import PartitionRoute
 from tests.support.batches import T0, Rec, cleaned, make_batch, recs
 
 
@@ -308,8 +307,8 @@ def test_what_a_compacted_tail_cannot_settle() -> None:
 
 
 def test_resume_names_in_one_line_those_still_unsettled(caplog) -> None:
-    """After the source's records were compared (relay.attribution), the source partitions
-    still unsettled resume where they are, and one line says so."""
+    """After the source's records were compared (relay.provenance.attribution), the source
+    partitions still unsettled resume where they are, and one line says so."""
     routes = [PartitionRoute("a", p, "x", 0) for p in (0, 1, 2)]
     offsets = resume.SourceOffsets({r.key: 0 for r in routes}, {r.key: 50 for r in routes})
     found = {("a", 0): 10, ("a", 1): 10, ("a", 2): 10}

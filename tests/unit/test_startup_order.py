@@ -25,7 +25,7 @@ from relay.engine.driver import setup as startup_module
 from relay.engine.driver.failover import NodeView, SourcePool
 from relay.engine.driver.setup import Startup
 from relay.engine.metrics import Metrics
-from relay.resume import AtDestination, Delivered, SourceOffsets
+from relay.provenance.resume import AtDestination, Delivered, SourceOffsets
 
 KEY = ("t", 0)
 

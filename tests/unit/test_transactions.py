@@ -9,11 +9,13 @@ import struct
 
 import pytest
 
-from relay.batches import Origin, SourceBatch, drop_aborted, format_runs, rebuild, split_batches
+from relay.batches import Origin, SourceBatch, drop_aborted, rebuild, split_batches
 from relay.batches.records import decode_batch
 from relay.batches.transactions import is_abort_marker
-from relay.resume import delivered_in
-from relay.translation import copies_in, search
+from relay.provenance.copies import copies_in
+from relay.provenance.header import format_runs
+from relay.provenance.resume import delivered_in
+from relay.provenance.translation import search
 from tests.support.batches import control_batch, make_batch, recs, txn_batch
 
 ORIGIN = Origin("src", "orders", 0)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from relay.batches import split_batches
-from relay.batches.provenance import format_runs
-from relay.translation import search
+from relay.provenance.header import format_runs
+from relay.provenance.translation import search
 from tests.support.batches import T0, Rec, cleaned, make_batch
 
 Copy = tuple[int, str, int]  # destination offset, source partition, source offset
@@ -67,10 +67,11 @@ def test_an_empty_destination_translates_to_its_end() -> None:
 
 
 def test_many_searches_run_together_in_as_many_rounds_as_the_deepest_one(monkeypatch) -> None:
-    """relay.translation.Translator.first_copies: every search of one round shares a fetch;
-    each destination partition holds record-form copies (a ktm.src header on each record)."""
-    from relay import translation
+    """relay.provenance.translation.Translator.first_copies: every search of one round shares a
+    fetch; each destination partition holds record-form copies (a ktm.src header on each
+    record)."""
     from relay.batches import split_batches
+    from relay.provenance import translation
     from tests.support.batches import Rec, make_batch
 
     dests = {("d", n): [(100 + i, o) for i, o in enumerate(range(0, 3000, 2))] for n in range(20)}
@@ -174,8 +175,8 @@ def _runs(offsets: list[int]) -> list[tuple[int, int]]:
 
 
 def translate_all(monkeypatch, data: bytes, asks: list[tuple[int, int]], sole: bool) -> list[int]:
-    from relay import translation
     from relay.batches import split_batches
+    from relay.provenance import translation
 
     batches = split_batches(data)[0]
     end = batches[-1].next_offset
@@ -240,6 +241,6 @@ def test_an_intact_destination_translates_as_before(monkeypatch) -> None:
 
 
 def _named(data: bytes) -> list[tuple[int, int]]:
-    from relay.translation import copies_in
+    from relay.provenance.copies import copies_in
 
     return [pair for batch in split_batches(data)[0] for pair in copies_in(batch, ("t", 0))]

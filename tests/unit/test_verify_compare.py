@@ -8,7 +8,6 @@ import struct
 from relay.batches import split_batches
 from relay.batches.build import Origin, rebuild
 from relay.batches.format import LOG_APPEND_TIME
-from relay.batches.provenance import PROVENANCE_HEADER, format_runs
 from relay.pipelines.verify.compare import Checker, ClaimedRuns
 from relay.pipelines.verify.records import (
     BatchClaim,
@@ -19,6 +18,7 @@ from relay.pipelines.verify.records import (
 )
 from relay.pipelines.verify.report import line, summary
 from relay.pipelines.verify.spec import Feeder, PartitionReport, Scope
+from relay.provenance.header import PROVENANCE_HEADER, format_runs
 from relay.store import StoredRecord
 from tests.support.batches import Rec, make_batch, recs
 

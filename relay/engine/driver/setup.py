@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
-from relay.attribution import attribute
 from relay.clients import admin, consumer_groups, timestamps
 from relay.clients.kept import keep_clients
 from relay.clients.settings import describe, is_retriable
@@ -25,8 +24,8 @@ from relay.engine.driver.retry import policy_for, retrying
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Plan
 from relay.errors import KafkaSetupError, KtmError
-from relay.refusals import Rules, rules_of
-from relay.resume import (
+from relay.provenance.attribution import attribute
+from relay.provenance.resume import (
     AtDestination,
     ResumePoint,
     SourceOffsets,
@@ -34,6 +33,7 @@ from relay.resume import (
     resume_points,
     source_offsets,
 )
+from relay.refusals import Rules, rules_of
 from relay.retention import AtRisk, at_risk, cutoffs, retention_ms
 from relay.spec import PartitionRoute, SourcePartition
 
@@ -117,8 +117,9 @@ class Startup:
         tail: AtDestination | None = None,
     ) -> tuple[dict[SourcePartition, ResumePoint], SourceOffsets]:
         """Where each partition resumes, from the destination's tail (`found`; and where it
-        cannot settle that, `tail`, from the records of the source: relay.attribution), the
-        relay group's committed offsets and the source's bounds."""
+        cannot settle that, `tail`, from the records of the source:
+        relay.provenance.attribution), the relay group's committed offsets and the source's
+        bounds."""
         source, keys = self.pool.active, [r.key for r in routes]
         # Offsets read at different moments are compared below, so the source's end is read
         # LAST: the destination and the committed offsets (which another member may be moving

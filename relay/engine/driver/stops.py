@@ -9,7 +9,7 @@ Recreated topics are found by the pipeline (relay.pipelines.recreated: a changed
 each partition of such a topic halts where it was copied up to, or, with
 `[source_pool].on_recreate = "follow"`, is kept out of rounds until, between two rounds, it
 starts over at the new topic's log start as the topic's next incarnation (the provenance names
-it: relay.batches.provenance).
+it: relay.provenance.header).
 
 A fetch often meets a recreated topic first: the new log is shorter than the copy, which looks
 like a truncation (relay.losses). While following, such a truncation is counted as lost only if

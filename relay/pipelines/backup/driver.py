@@ -23,7 +23,7 @@ from relay.errors import KafkaSetupError
 from relay.pipelines.backup.executor import BackupSides
 from relay.pipelines.backup.spec import BackupTask
 from relay.pipelines.sources import FromSources
-from relay.resume import Delivered, source_offsets
+from relay.provenance.resume import Delivered, source_offsets
 from relay.spec import PartitionRoute, SourcePartition
 from relay.store import group_snapshot_path
 from relay.store.configured import store_of

@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from relay.attribution import attribute
-from relay.batches.provenance import commit_mark
 from relay.clients import admin, consumer_groups
 from relay.config import Config
 from relay.engine.driver.status import Status
@@ -31,8 +29,9 @@ from relay.pipelines.relay.group_sync import GroupResult, GroupSync
 from relay.pipelines.relay.spec import RelayTask
 from relay.pipelines.relay.topics import Short, TopicPlan, Topics
 from relay.pipelines.sources import FromSources
-from relay.refusals import Rules
-from relay.resume import (
+from relay.provenance.attribution import attribute
+from relay.provenance.header import commit_mark
+from relay.provenance.resume import (
     Delivered,
     at_destination,
     delivered,
@@ -40,6 +39,7 @@ from relay.resume import (
     source_offsets,
     warn_unsettled,
 )
+from relay.refusals import Rules
 from relay.retention import AtRisk
 from relay.spec import PartitionRoute, SourcePartition
 
@@ -120,7 +120,7 @@ class RelayPipeline(FromSources):
         """The destination's provenance tail, or the group's committed offset when that is
         later: with filters (the last records may have been filtered out by whoever relayed
         them), and for the partitions a compacted destination cannot settle (its log cleaner
-        removed the provenance of what may be their last copies: relay.resume).
+        removed the provenance of what may be their last copies: relay.provenance.resume).
 
         Otherwise the committed offset only saves reading filtered records again (they would
         be dropped again), so it is not asked: a takeover or a retry then costs no round trip

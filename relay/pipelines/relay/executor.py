@@ -4,11 +4,11 @@ provenance and written whole to the destination (relay.pipelines.kafka_target)."
 from __future__ import annotations
 
 from relay.batches import Origin, codecs
-from relay.batches.provenance import commit_mark
 from relay.clients.consumer import GroupReader
 from relay.engine.executor.sides import evict_reader, open_at_once, source_reader, warm_reader
 from relay.pipelines.kafka_target import KafkaTarget, KafkaWriter
 from relay.pipelines.relay.spec import RelayTask
+from relay.provenance.header import commit_mark
 from relay.spec import PartitionWork
 
 

@@ -2,10 +2,10 @@
 
 Every `[groups].interval` the driver reads each carried group's committed offsets on the source
 and commits on the target, for each destination partition, the offset of the first copy of a
-record at or after the committed source offset (relay.translation: found through provenance,
-never approximated). A consumer that stops on the source and starts on the target after the
-next sync reads no record twice and skips none; one that starts earlier re-reads what it
-committed since the last sync, and skips nothing.
+record at or after the committed source offset (relay.provenance.translation: found through
+provenance, never approximated). A consumer that stops on the source and starts on the target
+after the next sync reads no record twice and skips none; one that starts earlier re-reads what
+it committed since the last sync, and skips nothing.
 
 The rules:
 - The relay's own progress is read before the destination's end. A group whose committed offset
@@ -35,9 +35,9 @@ from relay.clients.kept import keep_clients
 from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics, per_topic
 from relay.pipelines.relay.chores import Periodic
+from relay.provenance.translation import TP, Ask, Translator
 from relay.selection import carried_groups
 from relay.spec import PartitionRoute, SourcePartition
-from relay.translation import TP, Ask, Translator
 
 log = logging.getLogger(__name__)
 

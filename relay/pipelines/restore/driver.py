@@ -26,8 +26,8 @@ from relay.errors import KafkaSetupError, StoppedWhileWaiting
 from relay.pipelines.restore.executor import RestoreSides
 from relay.pipelines.restore.retention import stored_at_risk
 from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT, RestoreTask
+from relay.provenance.resume import destination_next_offsets
 from relay.refusals import Rules
-from relay.resume import destination_next_offsets
 from relay.spec import PartitionRoute, SourcePartition
 from relay.store import ChainLink, plan_chain
 from relay.store.configured import store_of

@@ -2,9 +2,9 @@
 
 Backup snapshots the committed offsets of `[store].groups`. For each restored partition, a
 group's committed source offset c becomes the destination offset of the first restored record
-whose source offset is >= c (`relay.translation`: the provenance header says which record is
-which), so the group's consumers resume exactly where they were: no record skipped, none read
-twice.
+whose source offset is >= c (`relay.provenance.translation`: the provenance header says which
+record is which), so the group's consumers resume exactly where they were: no record skipped,
+none read twice.
 
 With "topic" = "dest:N" several source partitions share a destination partition: the group
 gets the smallest of their translations (it may read a few records again, never skip one).
@@ -17,10 +17,10 @@ from collections import Counter
 
 from relay.clients import consumer_groups
 from relay.config import Config
+from relay.provenance.translation import first_copy_at_or_after
 from relay.spec import PartitionRoute
 from relay.store import group_snapshot_path
 from relay.store.configured import store_of
-from relay.translation import first_copy_at_or_after
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
-from relay.batches.provenance import split_origin
 from relay.batches.records import Decoded
 from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.tails import stream_range
@@ -43,6 +42,7 @@ from relay.pipelines.verify.spec import (
     VerifyTask,
     WorkState,
 )
+from relay.provenance.header import split_origin
 from relay.spec import SourcePartition
 
 FETCH_BYTES = 4 * 1024 * 1024  # per partition and fetch: one partition is read at a time

@@ -81,7 +81,8 @@ def _relay(cfg: Config, failover: bool, selection: Selection | None, scope: Scop
     relay = RelayPipeline(cfg, stop_event=threading.Event(), metrics=Metrics(),
                           failover=failover, dry_run=True, filters=filters)  # fmt: skip
     try:
-        with _quiet("relay.resume", "relay.engine.driver.setup"):  # a relay's start-up lines
+        # a relay's start-up lines
+        with _quiet("relay.provenance.resume", "relay.engine.driver.setup"):
             routes = relay.plan(False, None).routes
         source = relay.pool.active
     finally:

@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, overload
 
-from relay.batches import SourceBatch, last_provenance
+from relay.batches import SourceBatch
 from relay.batches.encode import frame_fields
 from relay.batches.format import CONTROL, LOG_APPEND_TIME
-from relay.batches.provenance import Provenance
 from relay.batches.records import Decoded, RecordAt, decode_at, last_record_start, parse_at
 from relay.batches.varint import encode_varint, read_varint
 from relay.pipelines.verify.spec import Copy, Feeder, Scope
+from relay.provenance.header import Provenance, last_provenance
 
 FIELDS = ("key", "value", "headers", "timestamp", "timestamp_type")
 

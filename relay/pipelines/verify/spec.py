@@ -7,9 +7,9 @@ import functools
 import zlib
 from dataclasses import dataclass, field
 
-from relay.batches.provenance import origin_topic
 from relay.config import ClusterConfig, StoreConfig
 from relay.filters import FilterSpec
+from relay.provenance.header import origin_topic
 from relay.spec import SourcePartition
 
 KINDS = ("missing", "duplicated", "different", "out_of_order", "unexpected")
@@ -80,7 +80,7 @@ class Feeder:
     key: SourcePartition
     start: int
     end: int
-    incarnation: int = 0  # of the source topic (relay.batches.provenance): its copies checked
+    incarnation: int = 0  # of the source topic (relay.provenance.header): its copies checked
 
     @property
     def origin(self) -> SourcePartition:
@@ -150,7 +150,7 @@ class PartitionReport:
     # them any more (see docs/verify.md)
     deleted: int = 0
     # destination records copying an earlier incarnation of the source topic (deleted and
-    # created again at the source, and followed: relay.batches.provenance); not compared,
+    # created again at the source, and followed: relay.provenance.header); not compared,
     # that topic is gone
     earlier: int = 0
 

@@ -1,6 +1,6 @@
 """The provenance header: which source records a destination record or batch holds.
 
-Header `ktm.src`, two forms (the rule that reads them is in `relay.resume`):
+Header `ktm.src`, two forms (the rule that reads them is in `relay.provenance.copies`):
 - **batch**: `<cluster>/<topic>/<partition>/<a>-<b>[,<c>-<d>...]`, once per destination batch,
   on its last record: the runs of consecutive source offsets whose records the batch holds, in
   order (one run unless a compaction gap, a transaction marker, a filtered record or a mid-batch
@@ -23,7 +23,10 @@ The header of a hop is the *last* `ktm.src` header of its record: a record relay
 to C) keeps the first hop's header before this hop's. Inside a batch-form destination batch,
 records other than the last may carry an *earlier hop's* header as their last one; a reader
 therefore takes a batch-form header only from the last record of a destination batch
-(`relay.resume.origins`) and never reads the records before it.
+(`relay.provenance.copies.origins`) and never reads the records before it.
+
+Pure text, no batches: `relay.batches.records.provenance_header` encodes the batch form as a
+record header, and `relay.provenance.copies` reads it back out of destination batches.
 """
 
 from __future__ import annotations
@@ -31,10 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from relay.batches.format import split_batches
-from relay.batches.records import Decoded, decode_batch, encode_header
-
-PROVENANCE_HEADER = "ktm.src"  # the same name as relay.spec.PROVENANCE_HEADER
+PROVENANCE_HEADER = "ktm.src"  # both forms; relay.spec.PROVENANCE_HEADER is this one
 
 Runs = tuple[tuple[int, int], ...]  # (first, last) source offsets, inclusive, ascending
 INCARNATION = "~"  # no topic name holds it: Kafka allows [a-zA-Z0-9._-] only
@@ -107,11 +107,10 @@ def format_runs(cluster: str, topic: str, partition: int, runs: Iterable[tuple[i
     return f"{cluster}/{topic}/{partition}/{offsets}".encode()
 
 
-def provenance_header(
-    cluster: str, topic: str, partition: int, runs: Iterable[tuple[int, int]]
-) -> bytes:
-    """The encoded header (key and value) appended to a destination batch's last record."""
-    return encode_header(PROVENANCE_HEADER, format_runs(cluster, topic, partition, runs))
+def provenance_prefix(cluster: str, topic: str, partition: int) -> bytes:
+    """The record form's header value up to the offset: `cluster/topic/partition/`. Topic names
+    cannot hold '/'."""
+    return f"{cluster}/{topic}/{partition}/".encode()
 
 
 def parse_provenance(value: bytes) -> Provenance | None:
@@ -154,16 +153,3 @@ def last_provenance(headers: Iterable[tuple[str, bytes | None]]) -> Provenance |
         if name == PROVENANCE_HEADER:
             last = value
     return parse_provenance(last) if last is not None else None
-
-
-def sourced_records(payload: bytes | bytearray) -> list[Decoded]:
-    """The records of one destination batch this hop built (a whole batch as bytes), each
-    with the source offset its provenance names (the i-th record is the i-th offset listed),
-    or its offset inside the batch where the batch carries no provenance."""
-    batches, _ = split_batches(payload)
-    records = [r for batch in batches for r in decode_batch(batch)]
-    found = last_provenance(records[-1].headers) if records else None
-    if found is None or not found.batch or found.records != len(records):
-        return records
-    offsets = [o for first, last in found.runs for o in range(first, last + 1)]
-    return [r._replace(offset=o) for r, o in zip(records, offsets, strict=True)]

@@ -1,5 +1,5 @@
-"""Source offsets to destination offsets, exactly, through provenance (`relay.resume` has the
-rule of what a destination batch holds, in either header form).
+"""Source offsets to destination offsets, exactly, through provenance (`relay.provenance.copies`
+has the rule of what a destination batch holds, in either header form).
 
 A consumer group's committed source offset c translates to the destination offset of the first
 record copied from a source offset >= c (the partition's end when there is none yet): a consumer
@@ -9,15 +9,15 @@ share one destination partition (`dest:N`), so the search is a binary search ove
 batches: a few small fetches, not a scan. MirrorMaker 2 translates through sparse offset syncs
 instead and may land before that point.
 
-A compacted destination's log cleaner may remove the record that named a batch's source
-offsets (`relay.resume`: the batch lost its provenance), and keeps the batch's survivors. The
-search finds the first copy still named; the batches between it and the last named copy
-before the offset are then looked at: where some lost their provenance, their survivors may be
-copies of offsets at or after it, and the translation is the first of them (the consumer may
-read a few records again, never skips one), unless it can be proved exactly: the destination
-partition has one source partition, no other batch lies between, and the destination offsets
-between the two named copies are as many as the source offsets between them (the cleaner
-keeps offsets), so each destination offset there held the next source offset in turn.
+A compacted destination's log cleaner may remove the record that named a batch's source offsets
+(`relay.provenance.copies`: the batch lost its provenance), and keeps the batch's survivors. The
+search finds the first copy still named; the batches between it and the last named copy before
+the offset are then looked at: where some lost their provenance, their survivors may be copies
+of offsets at or after it, and the translation is the first of them (the consumer may read a few
+records again, never skips one), unless it can be proved exactly: the destination partition has
+one source partition, no other batch lies between, and the destination offsets between the two
+named copies are as many as the source offsets between them (the cleaner keeps offsets), so each
+destination offset there held the next source offset in turn.
 
 Used by `ktm restore --groups` and by the relay's group sync (relay.pipelines.relay.group_sync).
 """
@@ -35,7 +35,7 @@ from relay.clients import admin
 from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.tails import fetch_ranges
 from relay.config import ClusterConfig
-from relay.resume import origins, provenance_lost
+from relay.provenance.copies import Pair, copies_in, provenance_lost
 from relay.spec import SourcePartition
 
 SCAN_WINDOW = 1000  # destination offsets read per fetch while looking for a source's next copy
@@ -187,7 +187,6 @@ class _Windows:
         return lower, (yield from self.read(lower, position))
 
 
-Pair = tuple[int, int]  # (destination offset, source offset) of one copy
 Below = tuple[int, list[SourceBatch]]  # a range's lower offset, and its batches below a point
 
 
@@ -297,23 +296,3 @@ def _walk_back(
             position = min(position, batch.base_offset)
     gap.lost.reverse()
     return gap
-
-
-def copies_in(batch: SourceBatch, source: SourcePartition) -> list[Pair]:
-    """(destination offset, source offset) of each record of `batch` copied from `source`."""
-    pairs: list[Pair] = []
-    for provenance, record in origins(batch):
-        if provenance.origin != source:  # another source partition, or incarnation
-            continue
-        if not provenance.batch:
-            pairs.append((record.offset, provenance.last))
-            continue
-        sources = [o for first, last in provenance.runs for o in range(first, last + 1)]
-        if len(sources) == batch.header.last_offset_delta + 1:
-            # a record at each offset delta, the i-th copying the i-th offset listed: what a
-            # compacted destination's cleaner left of them keep their deltas
-            base = batch.base_offset
-            pairs.extend((dest, sources[dest - base]) for dest in record_offsets(batch))
-        else:
-            pairs.extend(zip(record_offsets(batch), sources, strict=False))
-    return pairs

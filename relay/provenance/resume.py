@@ -2,14 +2,8 @@
 
 This module owns the rule, and speaks of the **next offset** only: the first source offset not
 yet at the destination. The destination's tail is read as record batches, and the `ktm.src`
-provenance header (`relay.batches.provenance` has its two forms) says which source offsets each
-holds:
-
-- a destination batch whose **last record** carries a **batch-form** header (`.../a-b[,c-d]`,
-  the batch path) holds exactly the source offsets that header lists; the records before it are
-  never read (they may carry an earlier hop's header);
-- any other batch (the record path of older versions) is read record by record: each
-  record's last `ktm.src` header of the record form (`.../offset`) names its own source offset.
+provenance header says which source offsets each holds (`relay.provenance.copies` has the rule
+for either form of `relay.provenance.header`).
 
 A batch is appended to a partition atomically, so the tail always ends on a record whose header
 is complete. A source partition resumes at the next offset after the highest one found, or at
@@ -40,12 +34,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from relay.batches import Provenance, SourceBatch, last_provenance
-from relay.batches.provenance import PROVENANCE_HEADER
-from relay.batches.records import Decoded, decode_batch
+from relay.batches import SourceBatch
 from relay.clients import admin, tails
 from relay.config import ClusterConfig
 from relay.errors import KafkaSetupError, RelayError
+from relay.provenance.copies import origins, provenance_lost
+from relay.provenance.header import PROVENANCE_HEADER
 from relay.spec import PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
@@ -64,39 +58,11 @@ class Delivered:
     # Its batch is LogAppendTime (a destination topic with message.timestamp.type=
     # LogAppendTime): its timestamp is the broker's append time, not the source's.
     broker_time: bool = False
-    incarnation: int = 0  # of the source topic (relay.batches.provenance)
+    incarnation: int = 0  # of the source topic (relay.provenance.header)
 
     @property
     def offset(self) -> int:
         return self.next_offset - 1
-
-
-def origins(batch: SourceBatch) -> list[tuple[Provenance, Decoded]]:
-    """What one destination batch holds, by the rule above: (provenance, the destination record
-    carrying it) for its last record (batch form) or for each of its records (record form)."""
-    last = decode_batch(batch, last_only=True)
-    if not last:
-        return []
-    found = last_provenance(last[0].headers)
-    if found is not None and found.batch:
-        # this hop's header is on the record at the batch's last offset, or was cleaned away
-        return [(found, last[0])] if last[0].offset == batch.last_offset else []
-    out = []
-    for record in decode_batch(batch):
-        found = last_provenance(record.headers)
-        if found is not None and not found.batch:
-            out.append((found, record))
-    return out
-
-
-def provenance_lost(batch: SourceBatch) -> bool:
-    """Whether a data batch lost its provenance to a log cleaner (see above): the record at
-    its last offset is gone and no survivor names its own source (the record form), or the
-    cleaner left only the batch's header (no record at all)."""
-    if batch.is_control:
-        return False
-    last = decode_batch(batch, last_only=True)
-    return not last or (last[0].offset != batch.last_offset and not origins(batch))
 
 
 def unsettled_in(batches: list[SourceBatch], wanted: set[SourcePartition]) -> set[SourcePartition]:
@@ -119,7 +85,7 @@ def delivered_in(
     batches: Iterable[SourceBatch], wanted: set[SourcePartition]
 ) -> dict[SourcePartition, Delivered]:
     """Per wanted source partition, the highest source offset the batches hold of its latest
-    incarnation (a followed topic's copies start over at its log start: relay.batches.provenance),
+    incarnation (a followed topic's copies start over at its log start: relay.provenance.header),
     and the destination record that holds it."""
     found: dict[SourcePartition, Delivered] = {}
     for batch in batches:
@@ -315,8 +281,8 @@ def warn_unsettled(
     nexts: dict[SourcePartition, int], unsettled: frozenset[SourcePartition]
 ) -> None:
     """One line naming the source partitions that resume where neither the destination nor a
-    committed offset could settle (relay.attribution: survivors of batches that lost their
-    provenance may be their records)."""
+    committed offset could settle (relay.provenance.attribution: survivors of batches that lost
+    their provenance may be their records)."""
     doubtful = sorted(key for key in unsettled if key in nexts)
     if not doubtful:
         return

@@ -1,5 +1,6 @@
 """Batches a compacted destination's cleaner left without provenance, told apart by their
-records (`relay.resume` has the rule of what a batch holds, and says when it cannot).
+records (`relay.provenance.copies` has the rule of what a batch holds, and
+`relay.provenance.resume` says when the destination cannot settle where a partition resumes).
 
 Several source partitions feed one destination partition; one of them (A) may have written its
 last copies in batches that have since lost the record carrying their header (a later record
@@ -38,7 +39,8 @@ from relay.batches.records import Decoded, decode_batch
 from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.tails import fetch_range
 from relay.config import ClusterConfig
-from relay.resume import AtDestination, origins, provenance_lost
+from relay.provenance.copies import origins, provenance_lost
+from relay.provenance.resume import AtDestination
 from relay.spec import SourcePartition
 
 READ_LIMIT = 100_000  # source records read per unsettled source partition
