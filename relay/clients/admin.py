@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,7 +34,7 @@ from relay.clients.settings import (  # noqa: F401
     is_retriable,
     never_create_topics,
 )
-from relay.config import ClusterConfig
+from relay.config import ClusterConfig, FetchConfig
 
 log = logging.getLogger(__name__)
 
@@ -342,3 +342,23 @@ def grow_partitions(cluster: ClusterConfig, counts: dict[str, int], timeout: flo
     """Add partitions to topics, up to the given totals (Unsupported: no CreatePartitions)."""
     with admin_client(cluster, timeout) as admin, supported("CreatePartitions"):
         admin.create_partitions(dict(counts))
+
+
+def probe(
+    cluster: ClusterConfig, positions: Mapping[TP, int], fetch: FetchConfig
+) -> tuple[float, dict[TP, BaseException]]:
+    """One fetch of every partition at its position, as a task would send it (ktm check):
+    how long the answer took, and the partitions that failed, with their errors."""
+    # min_bytes 1: answered as soon as anything is there (the configured wait, not 0: Tansu
+    # answers a fetch that may not wait at all with no partition)
+    fetcher = BatchFetcher(cluster, fetch.timeout, max_wait=fetch.max_wait, min_bytes=1,
+                           partition_max_bytes=fetch.partition_max_bytes,
+                           max_bytes=fetch.max_bytes)  # fmt: skip
+    try:
+        fetcher.fetch(positions, fetch.timeout)  # connections and metadata: not timed
+        began = time.monotonic()
+        found = fetcher.fetch(positions, fetch.timeout)
+        took = time.monotonic() - began
+    finally:
+        fetcher.close()
+    return took, {key: f.error for key, f in found.items() if f.error is not None}

@@ -50,7 +50,7 @@ from kafka.protocol.consumer import FetchRequest
 
 from relay.clients.fetch_session import FetchSession, NextFetch, Wanted
 from relay.clients.settings import client_settings, never_create_topics
-from relay.config import ClusterConfig, FetchConfig
+from relay.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 
@@ -381,26 +381,6 @@ class BatchFetcher:
 
 _METADATA_WAIT_MS = 1000  # metadata not there yet: the partitions are asked again next time
 _LEADER_WAIT_MS = 200  # the same for a partition whose leader is unknown (one being elected)
-
-
-def probe(
-    cluster: ClusterConfig, positions: Mapping[TP, int], fetch: FetchConfig
-) -> tuple[float, dict[TP, BaseException]]:
-    """One fetch of every partition at its position, as a task would send it (ktm check):
-    how long the answer took, and the partitions that failed, with their errors."""
-    # min_bytes 1: answered as soon as anything is there (the configured wait, not 0: Tansu
-    # answers a fetch that may not wait at all with no partition)
-    fetcher = BatchFetcher(cluster, fetch.timeout, max_wait=fetch.max_wait, min_bytes=1,
-                           partition_max_bytes=fetch.partition_max_bytes,
-                           max_bytes=fetch.max_bytes)  # fmt: skip
-    try:
-        fetcher.fetch(positions, fetch.timeout)  # connections and metadata: not timed
-        began = time.monotonic()
-        found = fetcher.fetch(positions, fetch.timeout)
-        took = time.monotonic() - began
-    finally:
-        fetcher.close()
-    return took, {key: f.error for key, f in found.items() if f.error is not None}
 
 
 def out_of_range(error: BaseException) -> bool:

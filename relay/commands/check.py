@@ -69,7 +69,8 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
 def _fetch_report(cfg: Config, node: Any, rows: Any) -> bool:
     """One fetch of every partition from the source node, timed as a task would see it: a
     long link or a broker slow with many partitions shows here, not as a silent relay."""
-    from relay.clients.batch_fetch import out_of_range, probe
+    from relay.clients.admin import probe
+    from relay.clients.batch_fetch import out_of_range
     from relay.clients.settings import describe
 
     positions = {row.route.key: row.next_offset for row in rows}

@@ -249,7 +249,7 @@ class TargetConfig:
         default=64 * 1024 * 1024, metadata=_reads(_size, minimum=1024 * 1024)
     )
     # Not a key: the largest batch the destination takes, its max.message.bytes where its
-    # topics describe one (relay.engine.driver.setup), else about Kafka's default.
+    # topics describe one (relay.pipelines.target_fit), else about Kafka's default.
     max_batch_bytes: int = 1_000_000
     # ktm relay creates a missing destination topic (and adds partitions to one that has fewer
     # than its source) only when asked: a mistyped destination must not become a new topic.

@@ -285,7 +285,7 @@ def _open_clients(sides: Callable[[Any], Sides], task: TaskSpec) -> int:
 
 
 def _close_clients(_: int) -> int:
-    from relay.engine.executor.sides import close_clients
+    from relay.clients.worker_cache import close_clients
 
     return close_clients()
 

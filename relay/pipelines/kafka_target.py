@@ -16,10 +16,16 @@ from typing import Any, NamedTuple
 from relay.batches import DestBatch, Origin, SourceBatch, codecs, rebuild
 from relay.batches.build import COPY_FRACTION, DEFAULT_BUDGET
 from relay.batches.encode import encode_records
+from relay.clients import worker_cache
 from relay.clients.producer import REFUSED, TOO_LARGE, Delivery, PartitionFailed, Producer
 from relay.config import TargetConfig
-from relay.engine.executor import sides
-from relay.engine.executor.failures import DeliveryFailure, Refused, TargetFailure
+from relay.engine.executor.failures import (
+    DeliveryFailure,
+    Refused,
+    TargetFailure,
+    opening,
+)
+from relay.engine.executor.sides import moved_forward
 from relay.provenance.copies import sourced_records
 from relay.provenance.header import PROVENANCE_HEADER, provenance_prefix
 from relay.provenance.resume import destination_next_offsets
@@ -65,10 +71,11 @@ class KafkaTarget:
         return rules_for(self.rules, work.route.target_topic)
 
     def producer(self) -> Producer:
-        return sides.producer(self.target)
+        with opening(TargetFailure):
+            return worker_cache.producer(self.target)
 
     def flush(self, timeout: float | None) -> bool:
-        producer = sides.cached_producer(self.target)
+        producer = worker_cache.cached_producer(self.target)
         if producer is None:
             return True
         try:
@@ -87,7 +94,7 @@ class KafkaTarget:
         return self.producer().held()
 
     def abandon(self) -> None:
-        sides.abandon_producer(self.target)
+        worker_cache.abandon_producer(self.target)
 
     def buffer_limit(self) -> int | None:
         return self.target.buffer_memory
@@ -103,7 +110,7 @@ class KafkaTarget:
         is already on the wire may still land; the driver re-reads the tail after a backoff,
         and the worst a late one can cause is a duplicate."""
         if kind in ("target", "internal", "channel"):
-            sides.abandon_producer(self.target)
+            worker_cache.abandon_producer(self.target)
 
     def works(self, attempt: int) -> tuple[PartitionWork, ...]:
         """Spark re-runs a task whose executor was lost, with the same spec; the lost attempt
@@ -115,7 +122,7 @@ class KafkaTarget:
         found = destination_next_offsets(
             self.target.cluster, routes, self.target.request_timeout * 3
         )
-        return sides.moved_forward(self.partitions, found)
+        return moved_forward(self.partitions, found)
 
 
 class KafkaWriter:

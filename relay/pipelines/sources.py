@@ -8,12 +8,13 @@ import threading
 from typing import Any
 
 from relay.config import Config
-from relay.engine.driver.failover import SourcePool
-from relay.engine.driver.setup import Startup
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.filters import FilterSpec
+from relay.pipelines.calls import Calls
 from relay.pipelines.recreated import RecreatedTopics
+from relay.pipelines.source_plan import SourcePlan
+from relay.pipelines.source_pool import SourcePool
 from relay.provenance.resume import Delivered, check_continuity
 from relay.spec import Rates, SourcePartition
 
@@ -35,8 +36,9 @@ class FromSources(Pipeline):
         self.cfg = cfg
         self.filters = filters
         self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
-        self.startup = Startup(cfg, self.pool, stop_event, metrics)
-        self.timeout = self.startup.timeout
+        self.calls = Calls(cfg, stop_event, metrics, self.pool.describe_all)
+        self.planner = SourcePlan(cfg, self.pool, self.calls)
+        self.timeout = self.calls.timeout
         self.recreations = RecreatedTopics(cfg.source_pool.healthcheck_interval, self.timeout)
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:

@@ -11,9 +11,10 @@ import time
 import pytest
 
 from relay.config import load_config
-from relay.engine.driver.failover import SourcePool
-from relay.engine.driver.setup import Startup
 from relay.engine.metrics import Metrics
+from relay.pipelines.calls import Calls
+from relay.pipelines.source_plan import SourcePlan
+from relay.pipelines.source_pool import SourcePool
 from testbed.ktm_process import Ktm, metric_total, wait_for
 from testbed.ports import free_port
 from testbed.records import read_all, record_count
@@ -88,7 +89,8 @@ def plan_repeatedly(config_path, count: int, timeout: float) -> None:
             metrics = Metrics()
             pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover=False)
             try:
-                Startup(cfg, pool, threading.Event(), metrics).plan(stop_at_end=False)
+                calls = Calls(cfg, threading.Event(), metrics, pool.describe_all)
+                SourcePlan(cfg, pool, calls).plan(stop_at_end=False)
             finally:
                 pool.close()
             planned += 1

@@ -54,7 +54,7 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, start: str) -> tuple[RelayPipeline
     }
     ends = {GROWN.key: 5, FRESH.key: 40, COPIED.key: 9}
     monkeypatch.setattr(
-        relay.startup,
+        relay.planner,
         "resume",
         lambda routes, at: (points, SourceOffsets(dict.fromkeys(ends, 0), ends)),
     )

@@ -6,7 +6,9 @@ import pytest
 
 from relay.clients import admin
 from relay.config import ClusterConfig, SourcePoolConfig
-from relay.engine.driver.failover import (
+from relay.engine.metrics import Metrics
+from relay.errors import ConfigError
+from relay.pipelines.source_pool import (
     Decision,
     NodeMonitor,
     NodeView,
@@ -16,8 +18,6 @@ from relay.engine.driver.failover import (
     fewest_partitions,
     max_lag,
 )
-from relay.engine.metrics import Metrics
-from relay.errors import ConfigError
 
 P0, P1 = ("t", 0), ("t", 1)
 

@@ -10,8 +10,8 @@ from crc32c import crc32c
 
 from relay.batches import Origin, rebuild, split_batches
 from relay.config import ClusterConfig, TopicRoute
-from relay.engine.driver.plan import plan_routes
 from relay.errors import KafkaSetupError
+from relay.pipelines.routes import plan_routes
 from relay.provenance import resume
 from relay.provenance.copies import copies_in, origins, provenance_lost
 from relay.provenance.header import Provenance, parse_provenance, provenance_prefix

@@ -21,10 +21,13 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
-from relay.engine.driver import setup as startup_module
-from relay.engine.driver.failover import NodeView, SourcePool
-from relay.engine.driver.setup import Startup
+from relay.engine.driver.rows import NodeView
 from relay.engine.metrics import Metrics
+from relay.pipelines import source_plan as startup_module
+from relay.pipelines import target_fit
+from relay.pipelines.calls import Calls
+from relay.pipelines.source_plan import SourcePlan
+from relay.pipelines.source_pool import SourcePool
 from relay.provenance.resume import AtDestination, Delivered, SourceOffsets
 
 KEY = ("t", 0)
@@ -78,6 +81,12 @@ def config() -> Config:
     )
 
 
+def planner() -> SourcePlan:
+    pool = FakePool()
+    calls = Calls(config(), threading.Event(), Metrics(), pool.describe_all)
+    return SourcePlan(config(), pool, calls)  # type: ignore[arg-type]
+
+
 def test_committed_offsets_read_before_the_end_never_pass_it(monkeypatch) -> None:
     cluster = GrowingCluster()
     monkeypatch.setattr(startup_module.admin, "partition_counts", lambda *a, **k: {"t-copy": 1})
@@ -87,9 +96,7 @@ def test_committed_offsets_read_before_the_end_never_pass_it(monkeypatch) -> Non
     monkeypatch.setattr(startup_module, "source_offsets", cluster.source_offsets)
     tail = AtDestination({KEY: Delivered(900, None)}, frozenset(), {}, {})
     monkeypatch.setattr(startup_module, "at_destination", lambda *a, **k: tail)
-    startup = Startup(config(), FakePool(), threading.Event(), Metrics())  # type: ignore[arg-type]
-
-    plan = startup.plan(stop_at_end=False)
+    plan = planner().plan(stop_at_end=False)
 
     # The member had committed 1100; the end read after that is 1200: resume at the commit.
     assert plan.next_offsets[KEY] == 1100
@@ -148,9 +155,8 @@ def test_a_node_really_behind_is_still_refused() -> None:
 def test_batch_size_is_fitted_to_what_the_destination_topics_allow(
     monkeypatch, caplog, described: dict, expected: int
 ) -> None:
-    monkeypatch.setattr(startup_module.admin, "topic_configs", lambda *a, **k: described)
-    startup = Startup(config(), FakePool(), threading.Event(), Metrics())  # type: ignore[arg-type]
-    target = startup.fit(["a", "b"]).target
+    monkeypatch.setattr(target_fit.admin, "topic_configs", lambda *a, **k: described)
+    target = target_fit.fit(config(), ["a", "b"], 1.0).target
     assert target.batch_size == expected
     assert target.cluster == config().need_target().cluster
     lowered = "[target].batch_size 262144 exceeds max.message.bytes 50000 of destination topic b"

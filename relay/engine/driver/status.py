@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from relay.engine.driver.failover import NodeView
 from relay.engine.driver.fetch_trouble import FetchTroubles
 from relay.engine.driver.gauges import Gauges
 from relay.engine.driver.halts import Halts
 from relay.engine.driver.rows import (
     RATE_WINDOW,
+    NodeView,
     PartitionRow,
     Snapshot,
     current,

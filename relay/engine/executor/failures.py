@@ -3,6 +3,8 @@ error to the driver (which side failed, and whether records landed after the fai
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -45,3 +47,13 @@ class SourceLost(SourceFailure):
         self.key = key
         self.halt_at = halt_at
         self.lost = lost
+
+
+@contextmanager
+def opening(failure: type[SourceFailure] | type[TargetFailure]) -> Iterator[None]:
+    """A client that cannot be opened fails the task on its side (`failure`: SourceFailure or
+    TargetFailure), with the library's message."""
+    try:
+        yield
+    except Exception as exc:
+        raise failure(str(exc)) from exc

@@ -47,9 +47,9 @@ class BackupPipeline(FromSources):
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
     ) -> Plan:
-        self.startup.call("store", self.store.check, self.store.describe())
+        self.calls.call("store", self.store.check, self.store.describe())
         names = [r.source for r in self.cfg.topics]
-        counts = self.startup.call("source", lambda: self._counts(names))
+        counts = self.calls.call("source", lambda: self._counts(names))
         self.routes = [
             PartitionRoute(t.source, p, t.source, p)
             for t in self.cfg.topics
@@ -57,11 +57,11 @@ class BackupPipeline(FromSources):
         ]
         if on_routes is not None:
             on_routes(self.routes)
-        self.startup.call("store", lambda: self._describe_topics(counts), self.store.describe())
-        stored = self.startup.call("store", lambda: self.where(self.routes), self.store.describe())
-        self.startup.call("source", lambda: self.pool.start([r.key for r in self.routes], stored))
+        self.calls.call("store", lambda: self._describe_topics(counts), self.store.describe())
+        stored = self.calls.call("store", lambda: self.where(self.routes), self.store.describe())
+        self.calls.call("source", lambda: self.pool.start([r.key for r in self.routes], stored))
         source = self.pool.active
-        offsets = self.startup.call(
+        offsets = self.calls.call(
             "source", lambda: source_offsets(source, self.routes, self.timeout)
         )
         nexts = {}

@@ -10,9 +10,10 @@ from contextlib import AbstractContextManager, nullcontext
 from relay.batches import SourceBatch
 from relay.batches.records import decode_batch
 from relay.clients.consumer import GroupReader
+from relay.clients.worker_cache import evict_reader, source_reader, warm_reader
 from relay.config import StoreConfig
-from relay.engine.executor.failures import SourceFailure, TargetFailure
-from relay.engine.executor.sides import evict_reader, moved_forward, source_reader, warm_reader
+from relay.engine.executor.failures import SourceFailure, TargetFailure, opening
+from relay.engine.executor.sides import moved_forward, topics_of
 from relay.pipelines.backup.spec import BackupTask
 from relay.spec import PartitionRoute, PartitionWork
 from relay.store import SegmentBuffer, SegmentStore
@@ -41,7 +42,8 @@ class BackupSides:
     def reader(self) -> GroupReader:
         # Record batches, always: the fetch side of the batch path uses kafka-python's public
         # network client and protocol classes (the relay's fallback is about its producer).
-        return source_reader(self.task.source, self.task.group_id, True, self.task.fetch)
+        with opening(SourceFailure):
+            return source_reader(self.task.source, self.task.group_id, True, self.task.fetch)
 
     def writer(self, work: PartitionWork, latencies: list[float]) -> SegmentWriter:
         chain = self._chain.get(work.route.key, work.start)
@@ -64,7 +66,7 @@ class BackupSides:
 
     def warm(self) -> None:
         task = self.task
-        warm_reader(task.source, task.group_id, task.fetch, task.partitions)
+        warm_reader(task.source, task.group_id, task.fetch, topics_of(task.partitions))
 
     def evict(self, kind: str) -> None:
         evict_reader(self.task.source, self.task.group_id, kind)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,6 +29,7 @@ from relay.pipelines.relay.group_sync import GroupResult, GroupSync
 from relay.pipelines.relay.spec import RelayTask
 from relay.pipelines.relay.topics import Short, TopicPlan, Topics
 from relay.pipelines.sources import FromSources
+from relay.pipelines.target_fit import fit
 from relay.provenance.attribution import attribute
 from relay.provenance.header import commit_mark
 from relay.provenance.resume import (
@@ -60,9 +61,10 @@ class RelayPipeline(FromSources):
         self.routes: list[PartitionRoute] = []
         self.target = cfg.need_target()  # with batch_size fitted to the destination at plan
         self.rules: Rules = ()  # what the destination topics refuse for good, read at plan
+        self.retention: Mapping[str, int | None] = {}  # their retention.ms, read at plan
         self.metrics, self.dry_run = metrics, dry_run
         self.status: Status | None = None  # the runner's (Pipeline.bind)
-        self.topics = Topics(cfg, lambda: self.pool.active, self.startup.call, metrics,
+        self.topics = Topics(cfg, lambda: self.pool.active, self.calls.call, metrics,
                              self.timeout, self.pool.topic_counts)  # fmt: skip
         self.topic_plan: TopicPlan | None = None
         self.groups = GroupSync(cfg, lambda: self.pool.active, lambda: self.routes,
@@ -97,8 +99,9 @@ class RelayPipeline(FromSources):
         topics = self.topic_plan.routes
         self.group_topics = sorted({r.target for r in topics})
         source_counts = self.topic_plan.source_counts
-        plan = self.startup.plan(stop_at_end, self._fitted(on_routes), topics, source_counts)
-        self.at_risk = self.startup.retention_risk(plan)  # copies the destination will delete
+        plan = self.planner.plan(stop_at_end, self._fitted(on_routes), topics, source_counts)
+        # copies the destination will delete
+        self.at_risk = self.planner.retention_risk(plan, self.retention)
         self.routes = plan.routes
         self._follow = not stop_at_end and not self.dry_run
         return plan
@@ -110,7 +113,8 @@ class RelayPipeline(FromSources):
         before `on_routes` starts Spark: the workers' warm-up opens its producer."""
 
         def known(routes: list[PartitionRoute]) -> None:
-            self.target, self.rules = self.startup.fit({r.target_topic for r in routes})
+            fitted = fit(self.cfg, {r.target_topic for r in routes}, self.timeout)
+            self.target, self.rules, self.retention = fitted
             if on_routes is not None:
                 on_routes(routes)
 
@@ -198,10 +202,10 @@ class RelayPipeline(FromSources):
     def follow(self, routes: list[PartitionRoute], owned: frozenset[SourcePartition]) -> Plan:
         """See Pipeline.follow. The commit comes before any copy of the new topic: a restart
         in between then resumes the new incarnation at its log start, not where the old one
-        was copied up to (relay.engine.driver.setup: incarnations)."""
+        was copied up to (relay.pipelines.source_plan: incarnations)."""
         source, group = self.pool.active, self.cfg.app.group_id
         topics = sorted({r.topic for r in routes})
-        counts = self.startup.call(
+        counts = self.calls.call(
             "source", lambda: admin.partition_counts(source, topics, self.timeout)
         )
         new = [
@@ -209,12 +213,12 @@ class RelayPipeline(FromSources):
             for r in routes
             if r.partition < counts.get(r.topic, 0)
         ]
-        offsets = self.startup.call("source", lambda: source_offsets(source, new, self.timeout))
+        offsets = self.calls.call("source", lambda: source_offsets(source, new, self.timeout))
         nexts = {r.key: offsets.begin[r.key] for r in new}
         mine = {r.key: nexts[r.key] for r in new if r.key in owned}
         marks = {r.key: commit_mark(r.incarnation) for r in new}
         if mine:
-            self.startup.call(
+            self.calls.call(
                 "source",
                 lambda: consumer_groups.commit_group(source, group, mine, self.timeout, marks),
             )
@@ -267,10 +271,10 @@ class RelayPipeline(FromSources):
         if not found:
             return
         target = self.cfg.need_target().cluster
-        at_destination = self.startup.call(
+        at_destination = self.calls.call(
             "target", lambda: destination_next_offsets(target, found, self.timeout)
         )
-        points, offsets = self.startup.resume(found, at_destination)
+        points, offsets = self.planner.resume(found, at_destination)
         topics = {key[0] for key in known}
         nexts = {}
         for route in found:
@@ -301,7 +305,7 @@ class RelayPipeline(FromSources):
         destination has grown relays them from their start."""
         if not short:
             return
-        begin, _ = self.startup.call(
+        begin, _ = self.calls.call(
             "source",
             lambda: admin.offset_bounds(self.pool.active, [s.route.key for s in short],
                                         self.timeout),
@@ -321,7 +325,7 @@ class RelayPipeline(FromSources):
         fresh = {r.key: nexts[r.key] for r in found if r.topic not in topics}
         if fresh:
             group = self.cfg.app.group_id
-            self.startup.call(
+            self.calls.call(
                 "source",
                 lambda: consumer_groups.commit_group(self.pool.active, group, fresh, self.timeout),
             )

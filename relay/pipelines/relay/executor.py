@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from relay.batches import Origin, codecs
 from relay.clients.consumer import GroupReader
-from relay.engine.executor.sides import evict_reader, open_at_once, source_reader, warm_reader
+from relay.clients.worker_cache import evict_reader, open_at_once, source_reader, warm_reader
+from relay.engine.executor.failures import SourceFailure, opening
+from relay.engine.executor.sides import topics_of
 from relay.pipelines.kafka_target import KafkaTarget, KafkaWriter
 from relay.pipelines.relay.spec import RelayTask
 from relay.provenance.header import commit_mark
@@ -23,7 +25,9 @@ class RelaySides(KafkaTarget):
 
     def reader(self) -> GroupReader:
         task = self.task
-        reader = source_reader(task.source, task.group_id, self.producer().takes_built, task.fetch)
+        batches = self.producer().takes_built
+        with opening(SourceFailure):
+            reader = source_reader(task.source, task.group_id, batches, task.fetch)
         routes = [work.route for work in task.partitions]
         reader.commit_marks = {r.key: commit_mark(r.incarnation) for r in routes if r.incarnation}
         return reader
@@ -42,7 +46,7 @@ class RelaySides(KafkaTarget):
         task = self.task
         open_at_once(
             super().warm,
-            lambda: warm_reader(task.source, task.group_id, task.fetch, self.partitions),
+            lambda: warm_reader(task.source, task.group_id, task.fetch, topics_of(self.partitions)),
         )
 
     def evict(self, kind: str) -> None:

@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 from relay.clients import admin, topic_create
 from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig, Config, TopicRoute
-from relay.engine.driver.plan import plan_routes
 from relay.engine.metrics import Metrics
 from relay.errors import KafkaSetupError
 from relay.pipelines.relay.topic_configs import ConfigCopy
+from relay.pipelines.routes import plan_routes
 from relay.selection import select_routes
 from relay.spec import PartitionRoute
 
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 LOG_EACH_CREATED = 10  # more created topics than this: one line, each at debug
-Call = Callable[[str, Callable[[], Any]], Any]  # Startup.call: retries, one clear error
+Call = Callable[[str, Callable[[], Any]], Any]  # Calls.call: retries, one clear error
 
 
 @dataclass(frozen=True)

@@ -10,22 +10,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from relay.clients import admin, topic_create
 from relay.clients.settings import describe
 from relay.config import Config
-from relay.engine.driver.plan import plan_routes
-from relay.engine.driver.setup import Startup
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline, Plan
 from relay.errors import KafkaSetupError, StoppedWhileWaiting
+from relay.pipelines.calls import Calls
 from relay.pipelines.restore.executor import RestoreSides
 from relay.pipelines.restore.retention import stored_at_risk
 from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT, RestoreTask
+from relay.pipelines.routes import plan_routes
+from relay.pipelines.target_fit import fit
 from relay.provenance.resume import destination_next_offsets
 from relay.refusals import Rules
 from relay.spec import PartitionRoute, SourcePartition
@@ -55,8 +56,9 @@ class RestorePipeline(Pipeline):
         self.store = store_of(self.store_cfg)
         self.target = cfg.need_target()
         self.rules: Rules = ()  # what the destination topics refuse for good, read at plan
-        self.startup = Startup(cfg, _NoPool(), stop_event, metrics)  # type: ignore[arg-type]
-        self.timeout = self.startup.timeout
+        self.calls = Calls(cfg, stop_event, metrics)
+        self.timeout = self.calls.timeout
+        self.retention: Mapping[str, int | None] = {}  # the destination topics', read at plan
         self.coordinator = self.target.cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
@@ -69,21 +71,22 @@ class RestorePipeline(Pipeline):
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
     ) -> Plan:
         where = self.store.describe()
-        self.startup.call("store", lambda: self.store.check(write=False), where)
+        self.calls.call("store", lambda: self.store.check(write=False), where)
         target = self.target.cluster
         names = [r.target for r in self.cfg.topics]
-        counts = self.startup.call(
+        counts = self.calls.call(
             "target", lambda: admin.partition_counts(target, names, self.timeout)
         )
         stored = self._wait_for_counts(counts, where)
         if self.options.create_topics:
             counts = self._create_missing(stored, counts)
         self.routes = plan_routes(self.cfg.topics, stored, counts, where, describe(target))
-        self.target, self.rules = self.startup.fit({r.target_topic for r in self.routes})
+        fitted = fit(self.cfg, {r.target_topic for r in self.routes}, self.timeout)
+        self.target, self.rules, self.retention = fitted
         if on_routes is not None:
             on_routes(self.routes)
-        at_destination = self.startup.call("target", lambda: self.where(self.routes))
-        ranges = self.startup.call("store", lambda: self._ranges(self.routes), where)
+        at_destination = self.calls.call("target", lambda: self.where(self.routes))
+        ranges = self.calls.call("store", lambda: self._ranges(self.routes), where)
         nexts, ends = {}, {}
         for route in self.routes:
             # Following a partition with no segment yet: it starts where its first one will.
@@ -109,7 +112,7 @@ class RestorePipeline(Pipeline):
         now = int(time.time() * 1000)
         try:
             risks = stored_at_risk(self.store, self.store_cfg.cluster, self.routes, nexts,
-                                   self.startup.retention, now, window)  # fmt: skip
+                                   self.retention, now, window)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - informative only
             log.info("store not read for the retention check (%s)", exc)
             return
@@ -123,7 +126,7 @@ class RestorePipeline(Pipeline):
         topic is to be created, or mapped to one fixed partition) start-up waits here."""
         logged: set[str] = set()
         while True:
-            stored = self.startup.call("store", self._stored_counts, where)
+            stored = self.calls.call("store", self._stored_counts, where)
             if not self.options.follow:
                 return stored
             pending = []
@@ -139,7 +142,7 @@ class RestorePipeline(Pipeline):
                 log.info("restore: waiting for the first segment of topic %s in %s", topic, where)
             logged.update(pending)
             self._show_waiting(tuple(sorted(pending)))
-            if self.startup.stop.wait(self.store_cfg.follow_interval):
+            if self.calls.stop.wait(self.store_cfg.follow_interval):
                 raise StoppedWhileWaiting("restore: stopped before the first segment landed")
 
     def _show_waiting(self, topics: tuple[str, ...]) -> None:
@@ -201,10 +204,3 @@ class RestorePipeline(Pipeline):
 def _known(ends: dict[SourcePartition, int]) -> dict[SourcePartition, int]:
     """End offsets of the partitions that have segments (the others' lag is unknown)."""
     return {key: end for key, end in ends.items() if end != FROM_FIRST_SEGMENT}
-
-
-class _NoPool:
-    """Restore reads no cluster: start-up errors never name a source pool."""
-
-    def describe_all(self) -> str:
-        return "(no source cluster)"

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 from relay.clients import admin
 from relay.clients.settings import describe
 from relay.config import ClusterConfig, Config, StoreConfig
-from relay.engine.driver.failover import first_answering
-from relay.engine.driver.plan import plan_routes
 from relay.engine.metrics import Metrics
 from relay.errors import ConfigError, KafkaSetupError
 from relay.filters import FilterSpec, load_filters
+from relay.pipelines.routes import plan_routes
+from relay.pipelines.source_pool import first_answering
 from relay.pipelines.verify.spec import OPEN, DestWork, Feeder, Scope
 from relay.spec import PartitionRoute
 
@@ -82,7 +82,7 @@ def _relay(cfg: Config, failover: bool, selection: Selection | None, scope: Scop
                           failover=failover, dry_run=True, filters=filters)  # fmt: skip
     try:
         # a relay's start-up lines
-        with _quiet("relay.provenance.resume", "relay.engine.driver.setup"):
+        with _quiet("relay.provenance.resume", "relay.pipelines.source_plan"):
             routes = relay.plan(False, None).routes
         source = relay.pool.active
     finally:

@@ -14,27 +14,18 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from relay.clients import admin
 from relay.clients.kept import ClientCache
 from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig, SourcePoolConfig
+from relay.engine.driver.rows import NodeView
 from relay.engine.metrics import Metrics, per_topic
 from relay.errors import ConfigError
 from relay.spec import SourcePartition
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One health check's answer: up with its end offsets, or down with the reason."""
-
-    name: str
-    up: bool
-    ends: dict[SourcePartition, int] = field(default_factory=dict)
-    error: str | None = None
 
 
 @dataclass(frozen=True)
