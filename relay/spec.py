@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from relay.filters import FilterSpec
 
-# what every copy carries, in either form (relay.provenance.header)
+# the header every copy carries, shared by both sides like the rest (relay.provenance.header)
 from relay.provenance.header import PROVENANCE_HEADER as PROVENANCE_HEADER
 from relay.provenance.header import origin_topic
 

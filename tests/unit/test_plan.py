@@ -14,6 +14,7 @@ from relay.errors import KafkaSetupError
 from relay.pipelines.routes import plan_routes
 from relay.provenance import resume
 from relay.provenance.copies import copies_in, origins, provenance_lost
+from relay.provenance.header import PROVENANCE_HEADER as HEADER
 from relay.provenance.header import Provenance, parse_provenance, provenance_prefix
 from relay.provenance.resume import (
     SourceOffsets,
@@ -22,7 +23,6 @@ from relay.provenance.resume import (
     resume_points,
     unsettled_in,
 )
-from relay.spec import PROVENANCE_HEADER as HEADER
 from relay.spec import PartitionRoute
 from tests.support.batches import T0, Rec, cleaned, make_batch, recs
 
