@@ -142,7 +142,7 @@ class FetchTrouble:
 
 
 @dataclass(frozen=True)
-class GroupResult:
+class TaskResult:
     """What a task reports when it ends (the same shape as its live reports, plus the end)."""
 
     round_id: int

@@ -187,11 +187,11 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """One small real local SparkSession for every in-process test (ktm's Engine reuses it)."""
+    """One small real local SparkSession for every in-process test (ktm's Spark reuses it)."""
     from relay.config import SparkConfig
-    from relay.engine.spark import Engine
+    from relay.engine.spark import Spark
 
-    engine = Engine(
+    engine = Spark(
         SparkConfig(master=None, app_name="ktm-tests"),
         "local[2]",
         tmp_path_factory.mktemp("spark"),

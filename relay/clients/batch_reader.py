@@ -1,6 +1,6 @@
 """Executor-side reading of a group of source partitions as record batches (the batch path).
 
-The same interface as `GroupReader` (assign, poll, positions, highwater, pause, commits), but a
+The same interface as `SourceReader` (assign, poll, positions, highwater, pause, commits), but a
 poll returns each partition's whole record batches as bytes (`relay.batches.SourceBatch`), never
 a Python object per record. Fetches go through `BatchFetcher` and its own network client (a
 client polled from two threads fails: kafka-python's consumer may poll its own from a heartbeat
@@ -27,7 +27,7 @@ from kafka import errors as kafka_errors
 
 from relay.batches import SourceBatch, drop_aborted, split_batches
 from relay.clients.batch_fetch import Answer, BatchFetcher
-from relay.clients.consumer import TP, GroupReader
+from relay.clients.consumer import TP, SourceReader
 from relay.config import ClusterConfig, FetchConfig
 from relay.losses import diverged, out_of_range
 from relay.spec import FetchTrouble
@@ -47,7 +47,7 @@ class NodeTrouble:
     error: str = ""  # the last one, "Type: message"
 
 
-class BatchReader(GroupReader):
+class BatchReader(SourceReader):
     def __init__(
         self,
         cluster: ClusterConfig,

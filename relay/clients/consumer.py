@@ -1,6 +1,6 @@
 """Executor-side reading of a group of source partitions (kafka-python).
 
-One `GroupReader` is cached per worker process and reused from one round to the next: it never
+One `SourceReader` is cached per worker process and reused from one round to the next: it never
 subscribes (no group rebalances), it is assigned the task's partitions with assign/seek (one
 fetch request serves all of them), and it commits the source group's offsets only for records
 the destination acknowledged.
@@ -25,7 +25,7 @@ TP = tuple[str, int]
 COMMIT_TIMEOUT_MS = 1000  # a dead source node must not hold a task's stop hostage
 
 
-class GroupReader:
+class SourceReader:
     def __init__(self, cluster: ClusterConfig, group_id: str, request_timeout: float = 10.0):
         self._consumer = KafkaConsumer(
             **client_settings(cluster, request_timeout),

@@ -16,14 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from relay.clients.batch_reader import BatchReader
-from relay.clients.consumer import GroupReader
+from relay.clients.consumer import SourceReader
 from relay.clients.producer import Producer
 from relay.config import ClusterConfig, FetchConfig, TargetConfig
 
 log = logging.getLogger(__name__)
 
 # (source, group, batch path, fetch settings): one reader per worker process at a time
-_readers: dict[tuple[ClusterConfig, str, bool, FetchConfig], GroupReader] = {}
+_readers: dict[tuple[ClusterConfig, str, bool, FetchConfig], SourceReader] = {}
 _producers: dict[TargetConfig, Producer] = {}
 
 
@@ -33,7 +33,7 @@ def source_reader(
     batches: bool = False,
     fetch: FetchConfig | None = None,
     warm: frozenset[str] = frozenset(),
-) -> GroupReader:
+) -> SourceReader:
     """The worker's cached reader: of record batches (the batch path) or of records; a new
     reader of batches readies the fetches of the `warm` topics as it opens."""
     fetch = fetch or FetchConfig()
@@ -46,7 +46,7 @@ def source_reader(
         if batches:
             _readers[key] = BatchReader(source, group_id, fetch, warm)
         else:
-            _readers[key] = GroupReader(source, group_id, fetch.timeout)
+            _readers[key] = SourceReader(source, group_id, fetch.timeout)
     return _readers[key]
 
 

@@ -24,7 +24,7 @@ from relay.pipelines.verify.spec import Scope
 
 if TYPE_CHECKING:
     from relay.config import Config
-    from relay.engine.spark import Engine
+    from relay.engine.spark import Spark
     from relay.pipelines.verify.driver import Progress
 
 log = logging.getLogger(__name__)
@@ -113,11 +113,11 @@ def _could_not_verify() -> Iterator[None]:
 
 
 @contextmanager
-def _engine(cfg: Config, opts: Options, slots: int) -> Iterator[Engine]:
-    from relay.engine.spark import Engine, default_master, make_log_dir
+def _engine(cfg: Config, opts: Options, slots: int) -> Iterator[Spark]:
+    from relay.engine.spark import Spark, default_master, make_log_dir
 
     chosen = opts.master or cfg.spark.master or default_master(slots)
-    engine = Engine(cfg.spark, chosen, make_log_dir())
+    engine = Spark(cfg.spark, chosen, make_log_dir())
     try:
         yield engine
     finally:

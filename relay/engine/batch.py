@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from relay.config import SparkConfig
 
 if TYPE_CHECKING:  # pyspark is imported when a job starts, not before
-    from relay.engine.spark import Engine
+    from relay.engine.spark import Spark
 
 T = TypeVar("T")  # a task's spec (picklable)
 R = TypeVar("R")  # a task's result (picklable)
@@ -39,17 +39,17 @@ class BatchPipeline(Generic[T, R, S]):
 def run_batch(pipeline: BatchPipeline[T, R, S], spark: SparkConfig, master: str | None) -> S:
     """Start Spark (the embedded local one unless `master` or [spark].master says otherwise),
     run the job, stop Spark."""
-    from relay.engine.spark import Engine, default_master, make_log_dir
+    from relay.engine.spark import Spark, default_master, make_log_dir
 
     chosen = master or spark.master or default_master(pipeline.slots_wanted())
-    engine = Engine(spark, chosen, make_log_dir())
+    engine = Spark(spark, chosen, make_log_dir())
     try:
         return run_on(pipeline, engine)
     finally:
         engine.stop()
 
 
-def run_on(pipeline: BatchPipeline[T, R, S], engine: Engine) -> S:
+def run_on(pipeline: BatchPipeline[T, R, S], engine: Spark) -> S:
     """The job on a running engine (an embedding program's, or the tests' shared one)."""
     results = engine.run_batch(pipeline.tasks(engine.slots), pipeline.run)
     return pipeline.total(list(results))

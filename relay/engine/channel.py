@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.engine.messages import decode, encode
-from relay.spec import ChannelAddress, GroupResult
+from relay.spec import ChannelAddress, TaskResult
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Report:
     round_id: int
     task_id: int
     attempt: int
-    result: GroupResult
+    result: TaskResult
     final: bool
 
 
@@ -193,7 +193,7 @@ class ControlServer:
         return int(message["round"]), int(message["task"]), int(message["attempt"])
 
     def _receive(self, ident: tuple[int, int, int], message: dict[str, Any]) -> None:
-        result = decode(GroupResult, message["result"])
+        result = decode(TaskResult, message["result"])
         self._on_report(Report(*ident, result=result, final=bool(message.get("final"))))
 
     def _answer(self, conn: socket.socket, round_id: int) -> None:
@@ -261,7 +261,7 @@ class ChannelClient:
             self._halt("the driver's lease ran out", lost=True)
         return self._stop.is_set()
 
-    def report(self, result: GroupResult, final: bool = False) -> None:
+    def report(self, result: TaskResult, final: bool = False) -> None:
         try:
             with self._send_lock:
                 _send(self._sock, {"result": encode(result), "final": final})

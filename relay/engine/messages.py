@@ -1,6 +1,6 @@
 """The control channel's messages as JSON values, built from their dataclasses' fields.
 
-A message (a task's `GroupResult`, and the progress, errors and fetch trouble it holds) travels
+A message (a task's `TaskResult`, and the progress, errors and fetch trouble it holds) travels
 as a JSON list of its fields' values in the order its dataclass declares them: a nested
 dataclass as its own list, a tuple as a list, None as null. The decoder reads each field's
 declared type (`X | None`, `tuple[X, ...]`, `tuple[X, Y]`, a dataclass, str, int, float, bool)

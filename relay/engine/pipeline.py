@@ -1,9 +1,9 @@
 """What differs between ktm's pipelines (relay, backup, restore), behind one small interface.
 
-The driver's machinery is shared: Spark started in the background, group membership, rounds of
-partition groups, live progress, retries, stop. A pipeline says where its partitions come from,
-where each one really stands (the destination's provenance tail, or the store), what a task
-spec looks like, and whether to move to another source node.
+The driver's machinery is shared: Spark started in the background, the membership of ktm
+processes, rounds of tasks, live progress, retries, stop. A pipeline says where its partitions
+come from, where each one really stands (the destination's provenance tail, or the store), what
+a task spec looks like, and whether to move to another source node.
 """
 
 from __future__ import annotations

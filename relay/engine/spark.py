@@ -33,7 +33,7 @@ from relay.config import SparkConfig
 from relay.engine import class_archive
 from relay.engine.shipping import package_zip
 from relay.errors import RelayError
-from relay.spec import GroupResult, TaskSpec
+from relay.spec import TaskResult, TaskSpec
 
 if TYPE_CHECKING:  # the executor side imports kafka-python: not at the driver's start
     from relay.engine.executor.sides import Sides
@@ -70,8 +70,10 @@ def default_master(partitions: int) -> str:
     return f"local[{max(1, min(os.cpu_count() or 1, partitions))}]"
 
 
-class Engine:
-    """Owns the SparkContext (unless an embedding program already runs one)."""
+class Spark:
+    """The Spark this process runs its jobs on (wrapped by relay.engine.driver.backend.SparkBackend,
+    which starts it in the background for the runner): owns the SparkContext, unless an
+    embedding program already runs one."""
 
     def __init__(self, spark_cfg: SparkConfig, master: str, log_dir: Path):
         from pyspark import SparkContext
@@ -213,7 +215,7 @@ class RoundJob:
         self._entry = entry or _run_attempt
         self.group = f"ktm-round-{round_id}"
         self._tasks = tasks
-        self._results: list[GroupResult] = []
+        self._results: list[TaskResult] = []
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.group, daemon=True)
@@ -236,14 +238,14 @@ class RoundJob:
     def cancel(self) -> None:
         self._context.cancelJobGroup(self.group)
 
-    def results(self) -> list[GroupResult]:
+    def results(self) -> list[TaskResult]:
         self._done.wait()
         if self._error is not None:  # Py4J wraps a lost worker or executor as a job failure
             raise RelayError(f"Spark job failed: {_first_line(self._error)}") from self._error
         return self._results
 
 
-def _run_attempt(sides: Callable[[Any], Sides], task: TaskSpec) -> GroupResult:
+def _run_attempt(sides: Callable[[Any], Sides], task: TaskSpec) -> TaskResult:
     """Executor entry point: tells the task whether Spark is retrying it (a lost executor)."""
     from pyspark import TaskContext
 

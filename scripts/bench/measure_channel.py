@@ -20,7 +20,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from relay.engine.channel import ChannelClient, ControlServer, Report
-from relay.spec import GroupResult, PartitionProgress
+from relay.spec import PartitionProgress, TaskResult
 from scripts.bench import report
 from scripts.bench.contenders import Bench, unique
 from scripts.bench.options import Options
@@ -122,7 +122,7 @@ def _channel_reports() -> list[float]:
                 parts = tuple(PartitionProgress(("t", p), n, produced=n)
                               for p in range(PARTITIONS_PER_TASK))  # fmt: skip
                 sent_at[(i, n)] = time.monotonic()
-                client.report(GroupResult(1, i, 0, parts))
+                client.report(TaskResult(1, i, 0, parts))
             time.sleep(REPORT_INTERVAL / 10)  # faster than ktm: many samples in little time
     finally:
         for client in clients:

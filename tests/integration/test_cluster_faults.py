@@ -21,7 +21,7 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from relay.clients.consumer import GroupReader
+from relay.clients.consumer import SourceReader
 from relay.config import ClusterConfig
 from relay.losses import TRUNCATED, Loss
 from testbed.kafka import KafkaCluster
@@ -168,11 +168,11 @@ def led_by(trio: KafkaCluster, topic: str) -> int | None:
         admin.close()
 
 
-def read_to(trio: KafkaCluster, topic: str, end: int) -> GroupReader:
+def read_to(trio: KafkaCluster, topic: str, end: int) -> SourceReader:
     """A reader of the record path (kafka-python's consumer) that read up to `end`: it knows the
     leader epoch of what it read, as a relay's reader would."""
     cluster = ClusterConfig("trio", tuple(node.bootstrap for node in trio.nodes))
-    reader = GroupReader(cluster, "unclean-record-path", 5.0)
+    reader = SourceReader(cluster, "unclean-record-path", 5.0)
     reader.assign({(topic, 0): 0})
     deadline = time.monotonic() + 30
     while reader.positions([(topic, 0)])[(topic, 0)] < end:
@@ -181,7 +181,7 @@ def read_to(trio: KafkaCluster, topic: str, end: int) -> GroupReader:
     return reader
 
 
-def first_losses(reader: GroupReader, timeout: float = 30) -> list[Loss]:
+def first_losses(reader: SourceReader, timeout: float = 30) -> list[Loss]:
     """The losses the reader's polls find first; it reads no record meanwhile."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

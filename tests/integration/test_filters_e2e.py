@@ -110,7 +110,7 @@ def run_alongside(relay: Runner, script: Callable[[], None]) -> None:
     """Run a continuous relay in this thread while ``script`` (feeding, killing, waiting) runs
     on another; the relay stops when the script returns. Re-raises the script's failure.
 
-    The relay runs here, not on a thread of its own: the Engine looks for the shared session with
+    The relay runs here, not on a thread of its own: the Spark looks for the shared session with
     SparkSession.getActiveSession(), which is per thread (see the report on relay/engine/spark.py).
     """
     failures: list[BaseException] = []

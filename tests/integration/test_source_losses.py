@@ -25,7 +25,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from relay.clients.batch_reader import BatchReader
-from relay.clients.consumer import GroupReader
+from relay.clients.consumer import SourceReader
 from relay.config import ClusterConfig, load_config
 from relay.engine.metrics import Metrics
 from relay.losses import DELETED, Loss
@@ -92,7 +92,7 @@ def test_a_reader_below_the_log_start_reports_the_deleted_offsets_and_goes_on(
     fill(source_broker.bootstrap, topic, 1, 20)
     delete_below(source_broker.bootstrap, topic, {0: 12})
     cluster = ClusterConfig("src", (source_broker.bootstrap,))
-    reader = BatchReader(cluster, "ktm-loss-test") if batches else GroupReader(cluster, "g-loss")
+    reader = BatchReader(cluster, "ktm-loss-test") if batches else SourceReader(cluster, "g-loss")
     try:
         reader.assign({(topic, 0): 5})
         got: list[Any] = []

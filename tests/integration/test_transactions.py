@@ -21,7 +21,7 @@ from relay.batches import split_batches
 from relay.clients import admin
 from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.batch_reader import BatchReader
-from relay.clients.consumer import GroupReader
+from relay.clients.consumer import SourceReader
 from relay.config import ClusterConfig
 from relay.config.model import FetchConfig
 from testbed.records import read_all
@@ -308,7 +308,7 @@ def test_the_readers_of_sources_skip_aborted_records_and_stop_at_the_stable_offs
             batches.close()
 
         # the record path's consumer (kafka-python's read_committed)
-        records = GroupReader(cluster(source), unique_topic("g"))
+        records = SourceReader(cluster(source), unique_topic("g"))
         try:
             records.assign({key: 0})
             assert [r.offset for r in poll_all(records, key, src.stable)] == wanted

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from relay.engine.channel import ChannelClient, ControlServer, Report
-from relay.spec import ChannelAddress, FetchTrouble, GroupResult, PartitionProgress, TaskError
+from relay.spec import ChannelAddress, FetchTrouble, PartitionProgress, TaskError, TaskResult
 
 
 def wait(condition: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -35,9 +35,9 @@ def hello(round_id: int = 1, task: int = 0) -> dict:
     return {"round": round_id, "task": task, "attempt": 0, "pid": 1}
 
 
-def result(round_id: int = 1, **kw) -> GroupResult:
+def result(round_id: int = 1, **kw) -> TaskResult:
     part = PartitionProgress(("t", 0), next_offset=42, produced=40, filtered=(("f", 2),))
-    return GroupResult(round_id, 0, 0, (part,), **kw)
+    return TaskResult(round_id, 0, 0, (part,), **kw)
 
 
 def test_reports_reach_the_driver_intact(server) -> None:

@@ -11,7 +11,7 @@ from kafka import TopicPartition
 from kafka import errors as kafka_errors
 from kafka.structs import OffsetAndMetadata
 
-from relay.clients.consumer import GroupReader
+from relay.clients.consumer import SourceReader
 from relay.engine.driver.progress import plain_line
 from relay.engine.driver.status import Status
 from relay.engine.driver.summary import RunSummary
@@ -54,11 +54,11 @@ def test_the_record_path_takes_a_truncation_kafka_python_found_for_a_loss() -> N
     no reset policy (ktm's), raises LogTruncationError naming where the new log parts."""
     tp = TopicPartition(*KEY)
 
-    def truncated(found: OffsetAndMetadata | None) -> GroupReader:
+    def truncated(found: OffsetAndMetadata | None) -> SourceReader:
         def poll(timeout_ms: int) -> None:
             raise kafka_errors.LogTruncationError({tp: found})
 
-        reader = GroupReader.__new__(GroupReader)
+        reader = SourceReader.__new__(SourceReader)
         at_150 = SimpleNamespace(position=SimpleNamespace(offset=150))
         reader._consumer = SimpleNamespace(poll=poll, _subscription=SimpleNamespace(
             assignment={tp: at_150}))  # fmt: skip

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from relay.clients.group import Assignment
+from relay.clients.members import Assignment
 from relay.config import ClusterConfig
 from relay.engine.driver.membership import Membership
 from relay.engine.metrics import Metrics

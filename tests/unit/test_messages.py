@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from relay.engine import messages
-from relay.spec import FetchTrouble, GroupResult, PartitionProgress, TaskError
+from relay.spec import FetchTrouble, PartitionProgress, TaskError, TaskResult
 
 
 def example(hint: Any, seed: int) -> Any:
@@ -43,7 +43,7 @@ def over_the_wire(message: Any) -> Any:
     return messages.decode(type(message), json.loads(line)["result"])
 
 
-@pytest.mark.parametrize("cls", [PartitionProgress, TaskError, FetchTrouble, GroupResult])
+@pytest.mark.parametrize("cls", [PartitionProgress, TaskError, FetchTrouble, TaskResult])
 def test_every_field_of_a_message_round_trips(cls) -> None:
     message = instance(cls)
     for field in dataclasses.fields(cls):
@@ -54,7 +54,7 @@ def test_every_field_of_a_message_round_trips(cls) -> None:
 def test_a_report_carries_its_partitions_losses_and_its_error_where_it_halts() -> None:
     part = PartitionProgress(("t", 3), 10, lost=((4, 8, "retention"),), hole=True)
     error = TaskError("source", "lost", False, ("t", 3), halt_at=4, lost=(4, 8, "retention"))
-    report = GroupResult(1, 2, 0, (part,), error=error, latencies=(0.5,))
+    report = TaskResult(1, 2, 0, (part,), error=error, latencies=(0.5,))
     assert over_the_wire(report) == report
 
 

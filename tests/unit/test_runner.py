@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from relay.clients.group import Assignment
+from relay.clients.members import Assignment
 from relay.config import (
     AppConfig,
     ClusterConfig,
@@ -29,11 +29,11 @@ from relay.engine.pipeline import Pipeline, Plan
 from relay.errors import RelayError
 from relay.spec import (
     ChannelAddress,
-    GroupResult,
     PartitionProgress,
     PartitionRoute,
     PartitionWork,
     TaskError,
+    TaskResult,
 )
 
 ROUTES = [PartitionRoute("t", p, "t2", p) for p in range(4)]
@@ -62,13 +62,13 @@ class Spec:
 
 
 class FakeJob:
-    def __init__(self, results: list[GroupResult]):
+    def __init__(self, results: list[TaskResult]):
         self._results = results
 
     def wait(self, timeout: float) -> bool:
         return True
 
-    def results(self) -> list[GroupResult]:
+    def results(self) -> list[TaskResult]:
         return self._results
 
     def cancel(self) -> None:
@@ -81,7 +81,7 @@ class FakeEngine:
     slots = 2
 
     def __init__(
-        self, respond: Callable[[list[Spec]], list[GroupResult]], job: type[FakeJob] = FakeJob
+        self, respond: Callable[[list[Spec]], list[TaskResult]], job: type[FakeJob] = FakeJob
     ):
         self.respond, self.job = respond, job
         self.rounds: list[list[Spec]] = []
@@ -183,7 +183,7 @@ class FakeMembership:
         return True
 
 
-def done(spec: Spec, *, error: TaskError | None = None, upto: int | None = None) -> GroupResult:
+def done(spec: Spec, *, error: TaskError | None = None, upto: int | None = None) -> TaskResult:
     """A task's result: every partition acknowledged up to `upto` (default: its stop)."""
     parts = []
     for w in spec.works:
@@ -197,7 +197,7 @@ def done(spec: Spec, *, error: TaskError | None = None, upto: int | None = None)
                 reached_stop=upto is None,
             )
         )
-    return GroupResult(spec.round_id, spec.task_id, 0, tuple(parts), error)
+    return TaskResult(spec.round_id, spec.task_id, 0, tuple(parts), error)
 
 
 def holds(spec: Spec, key: tuple[str, int]) -> bool:
@@ -205,7 +205,7 @@ def holds(spec: Spec, key: tuple[str, int]) -> bool:
 
 
 def runner(
-    respond: Callable[[list[Spec]], list[GroupResult]],
+    respond: Callable[[list[Spec]], list[TaskResult]],
     pipeline: FakePipeline,
     owned: list[tuple[str, int]] = KEYS,
     job: type[FakeJob] = FakeJob,
@@ -237,7 +237,7 @@ def test_a_retriable_target_error_is_retried_from_where_the_destination_stands()
     pipeline = FakePipeline(STOPS, at_destination={("t", 0): 60})
     failure = TaskError("target", "KafkaTimeoutError: no ack", retriable=True, key=("t", 0))
 
-    def respond(tasks: list[Spec]) -> list[GroupResult]:
+    def respond(tasks: list[Spec]) -> list[TaskResult]:
         first = tasks[0].round_id == 1
         return [done(t, error=failure, upto=50) if first and holds(t, ("t", 0)) else done(t)
                 for t in tasks]  # fmt: skip
@@ -265,7 +265,7 @@ def test_tasks_that_lost_their_lease_are_no_failure_but_the_next_round_re_reads_
     pipeline = FakePipeline(STOPS, at_destination={("t", 2): 90})
     lost = TaskError("channel", "the driver's lease ran out", retriable=True)
 
-    def respond(tasks: list[Spec]) -> list[GroupResult]:
+    def respond(tasks: list[Spec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             return [done(t, error=lost, upto=30) for t in tasks]
         return [done(t) for t in tasks]
@@ -294,7 +294,7 @@ def test_partitions_found_while_running_join_the_next_round_and_the_group():
     new = PartitionRoute("u", 0, "u2", 0)
     pipeline = FakePipeline(None)
 
-    def respond(tasks: list[Spec]) -> list[GroupResult]:
+    def respond(tasks: list[Spec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             pipeline.found = Plan([new], {new.key: 5}, {new.key: 10}, None)
         else:
@@ -316,7 +316,7 @@ def test_a_refused_record_halts_its_partition_and_the_others_reach_their_end():
     refused = TaskError("target", "destination t2[1] refuses record t[1] offset 40: ...",
                         retriable=False, key=("t", 1), halt_at=40)  # fmt: skip
 
-    def respond(tasks: list[Spec]) -> list[GroupResult]:
+    def respond(tasks: list[Spec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:  # t[1]'s batch of 30-49 was refused: 30 acknowledged
             return [done(t, error=refused, upto=30) if holds(t, ("t", 1)) else done(t)
                     for t in tasks]  # fmt: skip
@@ -341,7 +341,7 @@ def test_without_stop_at_end_a_halted_partition_is_never_planned_again():
     refused = TaskError("target", "refused", retriable=False, key=("t", 0), halt_at=10)
     stop = threading.Event()
 
-    def respond(tasks: list[Spec]) -> list[GroupResult]:
+    def respond(tasks: list[Spec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             return [done(t, error=refused, upto=10) if holds(t, ("t", 0)) else done(t, upto=50)
                     for t in tasks]  # fmt: skip
@@ -368,7 +368,7 @@ TRUNCATED_AT_50 = TaskError(
 class OnceSlowJob(FakeJob):
     """A job still running at the first look: the runner watches it for one tick."""
 
-    def __init__(self, results: list[GroupResult]):
+    def __init__(self, results: list[TaskResult]):
         super().__init__(results)
         self.looked = False
 
@@ -422,7 +422,7 @@ def test_a_recreated_topic_followed_starts_over_at_its_log_start_as_its_next_inc
     pipeline = FollowingPipeline(None, found_when_asked=not found_first)
     stop = threading.Event()
 
-    def respond(tasks: list[Spec]) -> list[GroupResult]:
+    def respond(tasks: list[Spec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             pipeline.recreation = found_first
             return [done(t, error=TRUNCATED_AT_50, upto=50) if holds(t, ("t", 0))
@@ -457,7 +457,7 @@ def test_following_a_truncation_no_recreation_explains_is_counted_lost_after_the
     pipeline = FollowingPipeline(None)
     stop = threading.Event()
 
-    def respond(tasks: list[Spec]) -> list[GroupResult]:
+    def respond(tasks: list[Spec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             return [done(t, error=TRUNCATED_AT_50, upto=50) if holds(t, ("t", 0))
                     else done(t, upto=50) for t in tasks]  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 from relay.batches import Origin, split_batches
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
-from relay.engine.executor.task import GroupRun
+from relay.engine.executor.task import TaskRun
 from relay.filters import FilterSpec
 from relay.losses import Loss, out_of_range
 from relay.pipelines.backup.executor import SegmentWriter
@@ -176,7 +176,7 @@ def kafka_run(spec: RelayTask, reader: FakeReader, producer: FakeProducer, chann
         return KafkaWriter(producer, work.route, origin, latencies)  # type: ignore[arg-type]
 
     sides = Sides(spec, reader, writer)
-    run = GroupRun(spec, 0, channel, sides)
+    run = TaskRun(spec, 0, channel, sides)
     error = run.execute()
     return run, error, sides
 
@@ -361,7 +361,7 @@ def test_a_task_whose_writes_are_not_acknowledged_stops_reading_at_its_buffer_li
     sides = Sides(task((None, None)), reader, writer)
     sides.buffer_limit = lambda: 1  # type: ignore[method-assign]  # one byte: any write fills it
     channel: Any = FakeChannel(reports=20)
-    run = GroupRun(task((None, None)), 0, channel, sides)
+    run = TaskRun(task((None, None)), 0, channel, sides)
     error = run.execute()
     assert error is not None and "no acknowledgement" in error.message  # still none at the end
     assert reader.polls == 1  # the first poll's records are unacknowledged: no second one
@@ -382,7 +382,7 @@ class SlowFlush(Sides):
 
 def test_a_long_final_flush_reports_between_its_slices() -> None:
     channel, sides = FakeChannel(), SlowFlush(slow=5, limit=30.0)
-    GroupRun(sides.task, 0, channel, sides)._final_flush()  # type: ignore[arg-type]
+    TaskRun(sides.task, 0, channel, sides)._final_flush()  # type: ignore[arg-type]
     assert sides.flushes == 6
     assert channel.left == 1_000 - 5  # a report after each slice that left writes out
 
@@ -390,7 +390,7 @@ def test_a_long_final_flush_reports_between_its_slices() -> None:
 def test_a_final_flush_ends_at_the_sides_limit_when_writes_stay_out() -> None:
     channel, sides = FakeChannel(), SlowFlush(slow=None, limit=0.05)
     began = time.monotonic()
-    GroupRun(sides.task, 0, channel, sides)._final_flush()  # type: ignore[arg-type]
+    TaskRun(sides.task, 0, channel, sides)._final_flush()  # type: ignore[arg-type]
     assert time.monotonic() - began < 1.0 and sides.flushes >= 1
 
 
@@ -425,7 +425,7 @@ def test_live_reports_carry_the_partitions_that_moved_and_the_final_one_all() ->
 
 class LosingReader(FakeReader):
     """Partition 0's records 5-9 were deleted at the source before they were read: once the
-    reader is at offset 5 it finds the log starting at 10 (as BatchReader and GroupReader do)."""
+    reader is at offset 5 it finds the log starting at 10 (as BatchReader and SourceReader do)."""
 
     def __init__(self, records: dict[tuple[str, int], list[Rec]]):
         super().__init__(records)

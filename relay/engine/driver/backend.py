@@ -15,7 +15,7 @@ from relay.config import SparkConfig
 from relay.engine.channel import ControlServer, Report
 from relay.engine.executor.sides import Sides
 from relay.engine.metrics import Metrics
-from relay.engine.spark import Engine, RoundJob, default_master, make_log_dir
+from relay.engine.spark import RoundJob, Spark, default_master, make_log_dir
 from relay.spec import ChannelAddress, TaskSpec
 
 log = logging.getLogger(__name__)
@@ -41,22 +41,22 @@ class SparkBackend:
         self._lease_for, self._on_report = lease_for, on_report
         self.start_seconds = 0.0
         self.log_path: str | None = None
-        self.engine: Engine | None = None
+        self.engine: Spark | None = None
         self.channel: ControlServer | None = None
         self.used = False  # a round ran: the workers hold clients worth closing
-        self._start: Future[Engine] | None = None
+        self._start: Future[Spark] | None = None
         self._warming: RoundJob | None = None
 
     def begin(self, partitions: int, warm: WarmSpec | None = None) -> None:
         """Start Spark (and its Python workers) on a thread; safe to call twice. `warm(channel
         address, slots)`: the spec whose clients the workers open as soon as Spark is up
-        (Engine.warm), while the driver still reads the clusters and waits for its group."""
+        (Spark.warm), while the driver still reads the clusters and waits for its group."""
         if self._start is None:
             executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ktm-spark-start")
             self._start = executor.submit(self._start_engine, partitions, warm)
             executor.shutdown(wait=False)
 
-    def ready(self, partitions: int) -> tuple[Engine, ControlServer]:
+    def ready(self, partitions: int) -> tuple[Spark, ControlServer]:
         """The engine and the channel, waiting for the start if it is still going on."""
         if self.engine is None:
             self.begin(partitions)
@@ -66,7 +66,7 @@ class SparkBackend:
         assert self.channel is not None
         return self.engine, self.channel
 
-    def _warm(self, engine: Engine, channel: ControlServer, warm: WarmSpec) -> None:
+    def _warm(self, engine: Spark, channel: ControlServer, warm: WarmSpec) -> None:
         try:
             spec, sides = warm(channel.address, engine.slots)
             self._warming = engine.warm(spec, sides)
@@ -78,10 +78,10 @@ class SparkBackend:
     def engine_slots(self) -> int:
         return self.engine.slots if self.engine is not None else 0
 
-    def _start_engine(self, partitions: int, warm: WarmSpec | None) -> Engine:
+    def _start_engine(self, partitions: int, warm: WarmSpec | None) -> Spark:
         master = self.master or self.spark.master or default_master(partitions)
         began = time.monotonic()
-        engine = Engine(self.spark, master, make_log_dir())
+        engine = Spark(self.spark, master, make_log_dir())
         engine.warm_up()
         try:
             self.channel = ControlServer(

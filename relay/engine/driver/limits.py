@@ -1,6 +1,6 @@
 """`[limits]` shared out: the whole group of processes on a config reads at most the limit; each
 process takes the share of the config's partitions it owns (the members' shares sum to the
-limit), split evenly between its tasks (their groups are balanced by expected work)."""
+limit), split evenly between its tasks (their partitions are balanced by expected work)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Several ktm processes on one config: which source partitions this one may relay, and when.
 
-Membership lives in a consumer group on the target cluster (relay.clients.group); this module
+Membership lives in a consumer group on the target cluster (relay.clients.members); this module
 turns it into permission to write:
 
 - Ownership: the partitions of the current assignment. A rebalance first *revokes*: before this
@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from relay.clients.group import Assignment, GroupMember
+from relay.clients.members import Assignment, Member
 from relay.clients.settings import describe
 from relay.config import ClusterConfig
 from relay.engine.metrics import Metrics
@@ -51,7 +51,7 @@ class Membership:
         self.on_revoke: Callable[[], None] = lambda: None
         self._topics, self._keys = list(topics), list(keys)
         self._assignment: Assignment | None = None
-        self._member: GroupMember | None = None
+        self._member: Member | None = None
         self._last_poll = time.monotonic()
         self._joined_at = float("-inf")
         self._lapsed = False  # may_write said no, for a reason logged once
@@ -144,7 +144,7 @@ class Membership:
         """Rejoin to share other partitions (found while running): the same member, with the
         new plan, at its next poll. Members agree on the partitions they share: until every
         one found the same, the leader's plan holds and the others stand by
-        (relay.clients.group). Nothing is owned until the new assignment."""
+        (relay.clients.members). Nothing is owned until the new assignment."""
         self._keys = list(keys)
         self._assignment = None
         self._rejoin_deadline = time.monotonic() + self._join_limit()
@@ -154,7 +154,7 @@ class Membership:
 
     def _loop(self) -> None:
         try:
-            self._member = GroupMember(
+            self._member = Member(
                 self.target,
                 self.group,
                 self._topics,

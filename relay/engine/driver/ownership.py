@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from relay.clients.group import Assignment
+from relay.clients.members import Assignment
 from relay.config import ClusterConfig, Config
 from relay.engine.driver.membership import Membership
 from relay.engine.metrics import Metrics

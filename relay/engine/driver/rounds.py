@@ -1,8 +1,8 @@
-"""One round: a Spark job whose tasks relay partition groups until the driver stops them.
+"""One round: a Spark job whose tasks relay their partitions until the driver stops them.
 
 A round ends when its tasks are done (every partition reached its --stop-at-end offset), or when
 the driver asks them to stop: a stop signal, a failover, a task error, a membership change, or a
-re-plan of the groups that pays off. Asking is cooperative (relay.engine.channel): tasks flush,
+re-plan of the tasks that pays off. Asking is cooperative (relay.engine.channel): tasks flush,
 commit and return within about a second. Cancelling the Spark job is the last resort, for tasks
 that do not answer.
 """
@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from relay.engine.channel import ControlServer, Report
-from relay.engine.driver.groups import Groups, Load, worth_replanning
 from relay.engine.driver.retry import RetriableRoundError
 from relay.engine.driver.rows import PartitionRow
 from relay.engine.driver.status import Status
+from relay.engine.driver.task_plan import Load, TaskPlan, worth_replanning
 from relay.engine.metrics import Metrics
 from relay.engine.spark import RoundJob
 from relay.errors import RelayError
-from relay.spec import GroupResult, SourcePartition
+from relay.spec import SourcePartition, TaskResult
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ START_GRACE = 30.0  # a task not started after this long has no slot (the cluste
 @dataclass
 class Round:
     round_id: int
-    groups: Groups
+    tasks: TaskPlan
     job: RoundJob
     started: float = field(default_factory=time.monotonic)
     last_replan_check: float = field(default_factory=time.monotonic)
@@ -46,7 +46,7 @@ class Round:
     cancelled: bool = False  # the Spark job was cancelled: once is enough
     said_stalled: bool = False  # the line saying why it stalled was logged (once a round)
     # Final reports by task id, as they arrive over the channel (before the job ends).
-    finished: dict[int, GroupResult] = field(default_factory=dict)
+    finished: dict[int, TaskResult] = field(default_factory=dict)
     heard: dict[int, float] = field(default_factory=dict)  # task id -> its last report
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -68,7 +68,7 @@ class Round:
                 for t, at in self.heard.items()
                 if t not in self.finished and now - at > SILENT_AFTER
             ]
-            waiting = len(self.groups) - len(self.heard)
+            waiting = len(self.tasks) - len(self.heard)
         stalled = bool(silent) or (waiting > 0 and now - self.started > START_GRACE)
         if stalled and not self.said_stalled:
             self.said_stalled = True
@@ -79,7 +79,7 @@ class Round:
                             waiting)  # fmt: skip
         return stalled
 
-    def finished_results(self) -> list[GroupResult]:
+    def finished_results(self) -> list[TaskResult]:
         with self._lock:
             return list(self.finished.values())
 
@@ -97,10 +97,10 @@ class Round:
         if not (due or finished > self.replan_checked_finished):
             return False
         self.last_replan_check, self.replan_checked_finished = now, finished
-        live = [tuple(k for k in group if k in pending) for group in self.groups]
+        live = [tuple(k for k in task if k in pending) for task in self.tasks]
         loads = {k: Load(k, rows[k].lag or 0, rows[k].rate) for k in pending}
         rate = max(sum(row.rate for row in rows.values()) / max(len(live), 1), 1.0)
-        return worth_replanning(live, loads, len(self.groups), rate)
+        return worth_replanning(live, loads, len(self.tasks), rate)
 
     def ask_to_stop(self, reason: str, channel: ControlServer) -> None:
         if self.stop_reason is None:
@@ -125,12 +125,12 @@ class Round:
 
 @dataclass(frozen=True)
 class Outcome:
-    failures: list[GroupResult]  # tasks that failed (a lost lease is not a failure)
+    failures: list[TaskResult]  # tasks that failed (a lost lease is not a failure)
     lost_lease: bool  # tasks stopped without a lease: where their partitions stand is unknown
     source_trouble: bool  # a task failed reading its source (failover may help)
 
 
-def settle(current: Round, results: list[GroupResult], status: Status) -> Outcome:
+def settle(current: Round, results: list[TaskResult], status: Status) -> Outcome:
     """A round's end: its tasks' last progress into the status, one line for the log, and
     what the runner must do next."""
     wall = time.monotonic() - current.started
@@ -148,13 +148,13 @@ def settle(current: Round, results: list[GroupResult], status: Status) -> Outcom
         log.info("round %d: %d task(s) stopped without a lease", current.round_id, len(lost))
     log.info(
         "round %d ended (%s) after %.1fs: %d tasks, %d records so far",
-        current.round_id, current.stop_reason or "done", wall, len(current.groups),
+        current.round_id, current.stop_reason or "done", wall, len(current.tasks),
         status.snapshot().relayed,
     )  # fmt: skip
     return Outcome([r for r in failures if r not in lost], bool(lost), source_trouble)
 
 
-def raise_for(failures: list[GroupResult], metrics: Metrics) -> None:
+def raise_for(failures: list[TaskResult], metrics: Metrics) -> None:
     """Count the tasks' errors and raise the one that decides: a fatal error stops the run
     (RelayError), otherwise a retriable one picks the retry policy of its side."""
     errors = [r.error for r in failures if r.error is not None]

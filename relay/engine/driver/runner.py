@@ -25,7 +25,6 @@ from relay.clients.settings import is_retriable
 from relay.config import Config
 from relay.engine.channel import ControlServer, Report
 from relay.engine.driver.backend import SparkBackend
-from relay.engine.driver.groups import Groups, Load, group_index, plan_groups
 from relay.engine.driver.limits import Shares
 from relay.engine.driver.membership import Membership
 from relay.engine.driver.ownership import Ownership
@@ -35,16 +34,17 @@ from relay.engine.driver.sidecar import Sidecar, Sidecars
 from relay.engine.driver.status import Status
 from relay.engine.driver.stops import Stops
 from relay.engine.driver.summary import RunSummary, summarize
+from relay.engine.driver.task_plan import Load, TaskPlan, plan_tasks, task_index
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
-from relay.engine.spark import Engine
+from relay.engine.spark import Spark
 from relay.errors import RelayError
 from relay.spec import (
     ChannelAddress,
-    GroupResult,
     PartitionRoute,
     PartitionWork,
     SourcePartition,
+    TaskResult,
     TaskSpec,
 )
 
@@ -91,7 +91,7 @@ class Runner:
         self._begun = time.monotonic()
         self._round: Round | None = None
         self._round_id = 0
-        self._groups: dict[SourcePartition, int] = {}
+        self._tasks: dict[SourcePartition, int] = {}
         self._source_trouble = False
         self.shares = Shares(cfg.limits, metrics)  # this process's share of [limits]
         self._unsure = False  # tasks lost their lease: where their partitions stand is unknown
@@ -253,7 +253,7 @@ class Runner:
         self._finish_round(current, results)
 
     def _submit_round(
-        self, todo: list[PartitionRoute], engine: Engine, channel: ControlServer
+        self, todo: list[PartitionRoute], engine: Spark, channel: ControlServer
     ) -> Round | None:
         with self._submit:
             if not self.ownership.holds():
@@ -261,8 +261,8 @@ class Runner:
                 # each a Spark job (seen: 20 rounds in 3 s while a killed broker's group
                 # coordinator moved)
                 return None
-            groups = self._plan(todo, max(1, engine.slots - self.sidecars.slots))
-            share = self.shares.of_task(len(groups))
+            plan = self._plan(todo, max(1, engine.slots - self.sidecars.slots))
+            share = self.shares.of_task(len(plan))
             self._round_id += 1
             round_id = self._round_id
             nexts = self.status.next_offsets()
@@ -271,30 +271,28 @@ class Runner:
                 self.pipeline.task(
                     round_id,
                     index,
-                    self._works(group, nexts, by_key),
+                    self._works(keys, nexts, by_key),
                     channel.address,
                     share,
                 )
-                for index, group in enumerate(groups)
+                for index, keys in enumerate(plan)
             ]
             self.ownership.begin_round(round_id)
-            self._round = Round(
-                round_id, groups, engine.submit(round_id, tasks, self.pipeline.sides)
-            )
+            self._round = Round(round_id, plan, engine.submit(round_id, tasks, self.pipeline.sides))
             self.backend.used = True
         return self._round
 
     def _works(
         self,
-        group: tuple[SourcePartition, ...],
+        keys: tuple[SourcePartition, ...],
         nexts: dict[SourcePartition, int],
         by_key: dict[SourcePartition, PartitionRoute],
     ) -> tuple[PartitionWork, ...]:
         return tuple(
-            PartitionWork(by_key[key], nexts[key], self.stops.offsets.get(key)) for key in group
+            PartitionWork(by_key[key], nexts[key], self.stops.offsets.get(key)) for key in keys
         )
 
-    def _finish_round(self, current: Round, results: list[GroupResult]) -> None:
+    def _finish_round(self, current: Round, results: list[TaskResult]) -> None:
         self._gap_from = current.stop_asked_at or time.monotonic()
         outcome = settle(current, results, self.status)
         self._source_trouble = outcome.source_trouble
@@ -312,12 +310,12 @@ class Runner:
         elif self.stops.waiting():
             self.stop_event.wait(TICK)  # the source did not answer: tried again next turn
 
-    def _plan(self, todo: list[PartitionRoute], slots: int) -> Groups:
+    def _plan(self, todo: list[PartitionRoute], slots: int) -> TaskPlan:
         rows = self.status.rows()
         loads = [Load(r.key, rows[r.key].lag or 0, rows[r.key].rate) for r in todo]
-        groups = plan_groups(loads, slots, self._groups)
-        self._groups = group_index(groups)
-        return groups
+        plan = plan_tasks(loads, slots, self._tasks)
+        self._tasks = task_index(plan)
+        return plan
 
     # ---- while a round runs (main thread, channel thread, membership thread) ------------
 
@@ -353,9 +351,7 @@ class Runner:
         """Every tick while a round runs: gauges, and whether the round should end."""
         channel = self.backend.channel
         assert channel is not None
-        if self._gap_from is not None and channel.connected(current.round_id) >= len(
-            current.groups
-        ):
+        if self._gap_from is not None and channel.connected(current.round_id) >= len(current.tasks):
             self.metrics.round_gap.inc(max(0.0, time.monotonic() - self._gap_from))
             self._gap_from = None
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())

@@ -26,7 +26,7 @@ from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.losses import TRUNCATED
-from relay.spec import GroupResult, PartitionRoute, SourcePartition
+from relay.spec import PartitionRoute, SourcePartition, TaskResult
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ class Stops:
         self.offsets[route.key] = min(self.offsets.get(route.key, at), at)
 
     def halt_failures(
-        self, failures: list[GroupResult], routes: list[PartitionRoute]
-    ) -> tuple[list[GroupResult], bool]:
+        self, failures: list[TaskResult], routes: list[PartitionRoute]
+    ) -> tuple[list[TaskResult], bool]:
         """A partition whose record the destination refuses for good, or whose source lost
         records, halts there. Returns the other failures, and whether any partition halted."""
         by_key = {r.key: r for r in routes}

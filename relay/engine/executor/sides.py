@@ -77,7 +77,7 @@ class Sides(Protocol):
     def evict(self, kind: str) -> None: ...
     def warm(self) -> None:
         """Open this worker's cached clients for the spec's topics before the first round
-        (best effort: Engine.warm runs it, and the first round opens what it could not)."""
+        (best effort: Spark.warm runs it, and the first round opens what it could not)."""
         ...
 
 

@@ -38,7 +38,7 @@ from relay.engine.executor.sides import Sides
 from relay.engine.executor.throttle import Throttle
 from relay.filters import FilterRuntimeError, cached_filters
 from relay.losses import Loss
-from relay.spec import GroupResult, PartitionProgress, TaskError, TaskSpec
+from relay.spec import PartitionProgress, TaskError, TaskResult, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ BACKED_UP_WAIT = 0.02  # seconds between looks at the acks while the writer is b
 SWEEP_INTERVAL = 0.25  # seconds between passes over every partition of the task
 
 
-def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) -> GroupResult:
+def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) -> TaskResult:
     """Move a group of partitions with the pipeline's `sides`, made from the task spec;
     always returns a result, never raises."""
     started = time.monotonic()
@@ -58,9 +58,9 @@ def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) ->
     except OSError as exc:
         # Without the channel the driver could not stop this task: do nothing at all.
         lost = TaskError("channel", f"cannot reach the driver: {exc}", retriable=True)
-        return GroupResult(task.round_id, task.task_id, attempt, (), lost, 0.0, os.getpid())
+        return TaskResult(task.round_id, task.task_id, attempt, (), lost, 0.0, os.getpid())
     try:
-        run = GroupRun(task, attempt, channel, sides(task))
+        run = TaskRun(task, attempt, channel, sides(task))
         error = run.execute()
         result = run.result(error, time.monotonic() - started, final=True)
         channel.report(result, final=True)
@@ -69,7 +69,7 @@ def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) ->
         channel.close()
 
 
-class GroupRun:
+class TaskRun:
     """The state of one task attempt."""
 
     def __init__(self, task: TaskSpec, attempt: int, channel: ChannelClient, sides: Sides):
@@ -266,7 +266,7 @@ class GroupRun:
             return
         done()
 
-    def live_result(self) -> GroupResult:
+    def live_result(self) -> TaskResult:
         """A report while running, of the partitions whose progress changed since the last
         one: the driver takes cumulative totals, so a partition left out stands still (a task
         of a thousand partitions, most of them quiet, would send them all twice a second)."""
@@ -275,10 +275,10 @@ class GroupRun:
         self._reported.update((p.key, p) for p in changed)
         return dataclasses.replace(result, partitions=changed)
 
-    def result(self, error: TaskError | None, elapsed: float, final: bool = False) -> GroupResult:
+    def result(self, error: TaskError | None, elapsed: float, final: bool = False) -> TaskResult:
         samples, self.latencies[:] = list(self.latencies), []
         take_trouble = getattr(self.reader, "take_trouble", None)  # the batch path's reader
-        return GroupResult(
+        return TaskResult(
             round_id=self.task.round_id,
             task_id=self.task.task_id,
             attempt=self.attempt,

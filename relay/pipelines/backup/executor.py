@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 from relay.batches import SourceBatch
 from relay.batches.records import decode_batch
-from relay.clients.consumer import GroupReader
+from relay.clients.consumer import SourceReader
 from relay.clients.worker_cache import evict_reader, source_reader, warm_reader
 from relay.config import StoreConfig
 from relay.engine.executor.failures import SourceFailure, TargetFailure, opening
@@ -39,7 +39,7 @@ class BackupSides:
             self._chain[route.key] = work.start if nxt is None else nxt
         return moved_forward(self.task.partitions, self._chain)
 
-    def reader(self) -> GroupReader:
+    def reader(self) -> SourceReader:
         # Record batches, always: the fetch side of the batch path uses kafka-python's public
         # network client and protocol classes (the relay's fallback is about its producer).
         with opening(SourceFailure):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from relay.config import Config
 from relay.engine.batch import BatchPipeline
-from relay.engine.driver.groups import Load, plan_groups
+from relay.engine.driver.task_plan import Load, plan_tasks
 from relay.errors import RelayError
 from relay.pipelines.compact.executor import compact_partitions
 from relay.pipelines.compact.spec import CompactResult, CompactTask
@@ -56,7 +56,7 @@ class CompactPipeline(BatchPipeline[CompactTask, CompactResult, CompactResult]):
                 target_bytes=store_cfg.max_segment_bytes * store_cfg.compact_factor,
                 delete=options.delete,
             )
-            for group in plan_groups([Load(key, 0) for key in keys], slots)
+            for group in plan_tasks([Load(key, 0) for key in keys], slots)
         ]
 
     def total(self, results: list[CompactResult]) -> CompactResult:

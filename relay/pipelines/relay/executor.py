@@ -4,7 +4,7 @@ provenance and written whole to the destination (relay.pipelines.kafka_target)."
 from __future__ import annotations
 
 from relay.batches import Origin, codecs
-from relay.clients.consumer import GroupReader
+from relay.clients.consumer import SourceReader
 from relay.clients.worker_cache import evict_reader, open_at_once, source_reader, warm_reader
 from relay.engine.executor.failures import SourceFailure, opening
 from relay.engine.executor.sides import topics_of
@@ -23,7 +23,7 @@ class RelaySides(KafkaTarget):
         super().__init__(task.target, task.partitions, task.rules)
         self.task = task
 
-    def reader(self) -> GroupReader:
+    def reader(self) -> SourceReader:
         task = self.task
         batches = self.producer().takes_built
         with opening(SourceFailure):

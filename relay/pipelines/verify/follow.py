@@ -29,7 +29,7 @@ from relay.pipelines.verify.spec import PartitionReport
 
 if TYPE_CHECKING:
     from relay.config import Config
-    from relay.engine.spark import Engine
+    from relay.engine.spark import Spark
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Follower:
         copy = pipeline.plan.kind
         metrics.verify_age.labels(copy).set_function(lambda: self.age)
 
-    def one_pass(self, engine: Engine | _Slots) -> None:
+    def one_pass(self, engine: Spark | _Slots) -> None:
         run_on(self.pipeline, engine)  # type: ignore[arg-type]
         self._last_pass = time.monotonic()
         self.passes += 1
@@ -93,7 +93,7 @@ class Follower:
 class _Slots:
     """An engine as a sidecar sees it: its own slots only."""
 
-    def __init__(self, engine: Engine, slots: int):
+    def __init__(self, engine: Spark, slots: int):
         self.engine, self.slots = engine, slots
 
     def run_batch(self, tasks: Any, run: Any) -> Any:
@@ -110,7 +110,7 @@ class FollowSidecar:
         self.cfg, self.kind, self.metrics, self.failover = cfg, kind, metrics, failover
         self.follower: Follower | None = None
 
-    def run(self, engine: Engine, stop: threading.Event) -> None:
+    def run(self, engine: Spark, stop: threading.Event) -> None:
         from relay.pipelines.verify.plan import plan_verify
 
         while self.follower is None and not stop.is_set():
@@ -131,7 +131,7 @@ class FollowSidecar:
             stop.wait(self.cfg.verify.interval)
 
 
-def follow(cfg: Config, pipeline: VerifyPipeline, engine: Engine) -> int:
+def follow(cfg: Config, pipeline: VerifyPipeline, engine: Spark) -> int:
     """Passes until SIGINT/SIGTERM; exit 0 when nothing differed, 1 otherwise."""
     from relay.commands.common import install_signal_handlers
 

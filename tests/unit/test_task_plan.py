@@ -1,8 +1,9 @@
-"""Partition groups: balanced by expected work, sticky, complete; re-planned only when it pays."""
+"""The task plan: partitions spread over tasks by expected work, sticky, complete; re-planned
+only when it pays."""
 
 from __future__ import annotations
 
-from relay.engine.driver.groups import Load, busiest, group_index, plan_groups, worth_replanning
+from relay.engine.driver.task_plan import Load, busiest, plan_tasks, task_index, worth_replanning
 
 
 def loads(*backlogs: int, topic: str = "t") -> list[Load]:
@@ -10,7 +11,7 @@ def loads(*backlogs: int, topic: str = "t") -> list[Load]:
 
 
 def test_every_partition_lands_in_exactly_one_group_and_no_more_groups_than_slots() -> None:
-    planned = plan_groups(loads(*[10] * 256), slots=2)
+    planned = plan_tasks(loads(*[10] * 256), slots=2)
     assert len(planned) == 2
     keys = [key for group in planned for key in group]
     assert sorted(keys) == [("t", p) for p in range(256)]
@@ -18,34 +19,34 @@ def test_every_partition_lands_in_exactly_one_group_and_no_more_groups_than_slot
 
 
 def test_fewer_partitions_than_slots_gives_one_group_each() -> None:
-    planned = plan_groups(loads(5, 7), slots=8)
+    planned = plan_tasks(loads(5, 7), slots=8)
     assert sorted(planned) == [(("t", 0),), (("t", 1),)]
-    assert plan_groups([], slots=4) == []
+    assert plan_tasks([], slots=4) == []
 
 
 def test_groups_balance_backlog_not_partition_counts() -> None:
     # One heavy partition and six light ones: the heavy one gets a slot to itself.
-    planned = plan_groups(loads(6000, 1000, 1000, 1000, 1000, 1000, 1000), slots=2)
+    planned = plan_tasks(loads(6000, 1000, 1000, 1000, 1000, 1000, 1000), slots=2)
     assert (("t", 0),) in planned
     by_key = {load.key: load for load in loads(6000, 1000, 1000, 1000, 1000, 1000, 1000)}
     assert busiest(planned, by_key) == 6 * 1001  # the six light ones: each weighs backlog + 1
 
 
 def test_idle_partitions_spread_by_count() -> None:
-    planned = plan_groups(loads(*[0] * 9), slots=3)
+    planned = plan_tasks(loads(*[0] * 9), slots=3)
     assert sorted(len(group) for group in planned) == [3, 3, 3]
 
 
 def test_partitions_stay_in_their_previous_group_when_balance_allows() -> None:
-    first = plan_groups(loads(*[100] * 8), slots=2)
+    first = plan_tasks(loads(*[100] * 8), slots=2)
     # Backlogs shifted a little: nothing worth moving, so every partition keeps its group.
-    again = plan_groups(loads(110, 90, 100, 105, 95, 100, 100, 100), 2, group_index(first))
-    assert group_index(again) == group_index(first)
+    again = plan_tasks(loads(110, 90, 100, 105, 95, 100, 100, 100), 2, task_index(first))
+    assert task_index(again) == task_index(first)
 
 
 def test_a_partition_leaves_its_group_when_staying_would_unbalance() -> None:
     previous = {("t", p): 0 for p in range(4)}  # all were in group 0
-    planned = plan_groups(loads(1000, 1000, 1000, 1000), slots=2, previous=previous)
+    planned = plan_tasks(loads(1000, 1000, 1000, 1000), slots=2, previous=previous)
     assert sorted(len(group) for group in planned) == [2, 2]
 
 

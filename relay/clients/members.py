@@ -140,7 +140,7 @@ class _Listener(ConsumerRebalanceListener):
         pass
 
 
-class GroupMember:
+class Member:
     """One membership consumer. Call `poll()` regularly from one thread; it (re)joins the group,
     and runs `on_revoke` / `on_assignment` from inside that call."""
 

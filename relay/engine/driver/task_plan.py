@@ -1,9 +1,9 @@
-"""Partition groups: which partitions each task of a round serves.
+"""The task plan: which partitions each task of a round serves.
 
-A round runs at most one task per task slot, and a task serves a group of partitions with one
-consumer and one producer. Groups are balanced by expected work (backlog, plus what the partition
-receives while the round runs), sticky (a partition stays in the group it was in when that costs
-little balance), and complete: every pending partition is in some group, so none starves.
+A round runs at most one task per task slot, and a task serves a task of partitions with one
+consumer and one producer. TaskPlan are balanced by expected work (backlog, plus what the partition
+receives while the round runs), sticky (a partition stays in the task it was in when that costs
+little balance), and complete: every pending partition is in some task, so none starves.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from relay.spec import SourcePartition
 
 HORIZON = 10.0  # seconds of incoming records a partition is expected to bring during a round
-STICKY_SLACK = 0.25  # a partition stays in its old group while that group is < 125% of fair
-REPLAN_RATIO = 1.5  # re-plan when the busiest group carries 1.5x what a fresh plan would give
+STICKY_SLACK = 0.25  # a partition stays in its old task while that task is < 125% of fair
+REPLAN_RATIO = 1.5  # re-plan when the busiest task carries 1.5x what a fresh plan would give
 REPLAN_MIN_SECONDS = 3.0  # ... and that saves at least this much work (a re-plan costs ~0.5 s)
 # A task's rate assumed while none was measured yet (one kafka-python task moves 30-80k/s on
 # the 2-core test machine): an unknown rate must not make a small remainder look long.
@@ -34,19 +34,19 @@ class Load:
         return self.backlog + self.rate * HORIZON + 1
 
 
-Groups = list[tuple[SourcePartition, ...]]
+TaskPlan = list[tuple[SourcePartition, ...]]
 
 
-def plan_groups(
+def plan_tasks(
     loads: Sequence[Load], slots: int, previous: Mapping[SourcePartition, int] | None = None
-) -> Groups:
-    """At most `slots` non-empty groups, heaviest partitions placed first (LPT), each partition
-    kept in its previous group index while that group stays near its fair share."""
+) -> TaskPlan:
+    """At most `slots` non-empty tasks, heaviest partitions placed first (LPT), each partition
+    kept in its previous task index while that task stays near its fair share."""
     count = min(max(slots, 1), len(loads))
     if count == 0:
         return []
     fair = sum(load.weight for load in loads) / count
-    groups: list[list[SourcePartition]] = [[] for _ in range(count)]
+    tasks: list[list[SourcePartition]] = [[] for _ in range(count)]
     weight = [0.0] * count
     for load in sorted(loads, key=lambda item: (-item.weight, item.key)):
         old = (previous or {}).get(load.key)
@@ -57,34 +57,34 @@ def plan_groups(
         ):
             index = old
         else:
-            index = min(range(count), key=lambda i: (weight[i], len(groups[i]), i))
-        groups[index].append(load.key)
+            index = min(range(count), key=lambda i: (weight[i], len(tasks[i]), i))
+        tasks[index].append(load.key)
         weight[index] += load.weight
-    return [tuple(sorted(group)) for group in groups if group]
+    return [tuple(sorted(task)) for task in tasks if task]
 
 
-def group_index(groups: Groups) -> dict[SourcePartition, int]:
-    return {key: index for index, group in enumerate(groups) for key in group}
+def task_index(tasks: TaskPlan) -> dict[SourcePartition, int]:
+    return {key: index for index, task in enumerate(tasks) for key in task}
 
 
-def busiest(groups: Groups, loads: Mapping[SourcePartition, Load]) -> float:
-    """Expected work of the most loaded group: what bounds how soon the round's work is done."""
-    totals = [sum(loads[k].weight for k in group if k in loads) for group in groups]
+def busiest(tasks: TaskPlan, loads: Mapping[SourcePartition, Load]) -> float:
+    """Expected work of the most loaded task: what bounds how soon the round's work is done."""
+    totals = [sum(loads[k].weight for k in task if k in loads) for task in tasks]
     return max(totals, default=0.0)
 
 
 def worth_replanning(
-    current: Groups, loads: Mapping[SourcePartition, Load], slots: int, rate_per_task: float
+    current: TaskPlan, loads: Mapping[SourcePartition, Load], slots: int, rate_per_task: float
 ) -> bool:
     """True when stopping the round and planning afresh finishes the work clearly sooner.
 
     `current` holds only the partitions still pending (finished ones removed), so a task that is
-    done shows as an empty group: its slot idles while others have a backlog to share.
+    done shows as an empty task: its slot idles while others have a backlog to share.
     """
-    pending = [loads[k] for group in current for k in group if k in loads]
+    pending = [loads[k] for task in current for k in task if k in loads]
     if len(pending) < 2:
         return False
     now = busiest(current, loads)
-    fresh = busiest(plan_groups(pending, slots, group_index(current)), loads)
+    fresh = busiest(plan_tasks(pending, slots, task_index(current)), loads)
     saved_seconds = (now - fresh) / max(rate_per_task, ASSUMED_TASK_RATE)
     return now > fresh * REPLAN_RATIO and saved_seconds >= REPLAN_MIN_SECONDS
