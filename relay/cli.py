@@ -172,7 +172,7 @@ def restore_command(
     sys.exit(run_guarded(opts.debug, lambda: restore(opts, options, groups)))
 
 
-class DurationParam(click.ParamType):
+class DurationParam(click.ParamType[float, Any]):
     name = "DURATION"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:

@@ -163,7 +163,8 @@ def load_filter(spec: FilterSpec) -> Filter:
     except Exception as exc:
         raise FilterError(f"{spec.where}: new(config) raised {_describe(exc)}") from exc
     _check_contract(spec, made)
-    return made
+    checked: Filter = made  # a plugin's object, its contract just checked
+    return checked
 
 
 def validate_filters(specs: Iterable[FilterSpec]) -> list[Filter]:

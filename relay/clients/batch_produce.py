@@ -122,7 +122,10 @@ class BatchDelivery(Delivery):
     def error(self) -> BaseException | None:
         found = super().error()
         if found is None and not self.done and self._split():
-            return RecordListTooLargeError("the broker refused the batch as too large")
+            too_large: BaseException = RecordListTooLargeError(
+                "the broker refused the batch as too large"
+            )
+            return too_large
         return found
 
     def _split(self) -> bool:

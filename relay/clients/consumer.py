@@ -132,7 +132,8 @@ class SourceReader:
         report it): an open transaction's records are not lag."""
         if self._committed:
             return None
-        return self._consumer.highwater(self._tps[key])
+        found = self._consumer.highwater(self._tps[key])
+        return None if found is None else int(found)
 
     def pause(self, key: TP) -> None:
         """Stop fetching a partition (it reached its stop offset)."""

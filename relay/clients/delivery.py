@@ -43,7 +43,7 @@ class Delivery:
         if not future.is_done:
             return None
         if not self._batch:
-            return future.exception
+            return _exception(future)
         return error_of(future)  # (base offset, log append time, errors by index)
 
     def refused(self, count: int) -> tuple[int, BaseException] | None:
@@ -92,6 +92,12 @@ def _unnamed(error: BaseException) -> bool:
 def error_of(future: Any) -> BaseException | None:
     """A producer batch future's error: raised, or carried in its value (see Delivery)."""
     if future.exception is not None:
-        return future.exception
+        return _exception(future)
     _, _, record_errors = future.value
     return None if record_errors is None else record_errors(0) or RuntimeError("batch failed")
+
+
+def _exception(future: Any) -> BaseException | None:
+    """A kafka-python future's exception (its attribute is untyped)."""
+    found = future.exception
+    return found if isinstance(found, BaseException) else None

@@ -192,7 +192,7 @@ def write_summary(path: str, summary: Any) -> None:
         raise ConfigError(f"--summary-json {path}: cannot write: {exc.strerror}") from exc
 
 
-class TimeParam(click.ParamType):
+class TimeParam(click.ParamType[int, Any]):
     """A point in time: ISO 8601 ("2026-11-23T10:00:00Z", "2026-11-23"; no zone means UTC)
     or milliseconds since the epoch. Converted to milliseconds."""
 

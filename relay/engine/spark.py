@@ -115,7 +115,7 @@ class Spark:
             given = match.group(1)
             return os.cpu_count() or 1 if given == "*" else int(given or 1)
         cores_max = self._context.getConf().get("spark.cores.max")
-        parallelism = self._context.defaultParallelism
+        parallelism = int(self._context.defaultParallelism)
         return min(int(cores_max), parallelism) if cores_max else parallelism
 
     def refresh_slots(self) -> None:
@@ -361,7 +361,7 @@ def _end_jvm(gateway: Any, timeout: float = JVM_EXIT_TIMEOUT) -> bool:
         return False
     try:
         proc.stdin.close()  # the JVM exits when this pipe closes
-        return proc.wait(timeout=timeout) == 0
+        return bool(proc.wait(timeout=timeout) == 0)
     except Exception as exc:  # noqa: BLE001 - a JVM that will not go is killed
         log.debug("spark JVM did not exit in %ss (%s); killing it", timeout, exc)
         proc.kill()

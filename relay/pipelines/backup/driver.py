@@ -23,7 +23,7 @@ from relay.errors import KafkaSetupError
 from relay.pipelines.backup.executor import BackupSides
 from relay.pipelines.backup.spec import BackupTask
 from relay.pipelines.sources import FromSources
-from relay.provenance.resume import Delivered, source_offsets
+from relay.provenance.resume import Delivered, SourceOffsets, source_offsets
 from relay.spec import PartitionRoute, SourcePartition
 from relay.store import group_snapshot_path
 from relay.store.configured import store_of
@@ -96,7 +96,7 @@ class BackupPipeline(FromSources):
             )
         return counts[topic]
 
-    def _resume(self, key: SourcePartition, stored: int | None, offsets: Any) -> int:
+    def _resume(self, key: SourcePartition, stored: int | None, offsets: SourceOffsets) -> int:
         """After the last segment; from the log's start when the store has nothing yet."""
         begin = offsets.begin[key]
         if stored is None:

@@ -93,7 +93,9 @@ def _merge(
     return meta.count
 
 
-def _chunks(store: SegmentStore, run: list[ChainLink], offsets: array) -> Iterator[SegmentBuffer]:
+def _chunks(
+    store: SegmentStore, run: list[ChainLink], offsets: array[int]
+) -> Iterator[SegmentBuffer]:
     """The run's records in buffers of about CHUNK_BYTES, noting every offset."""
     buffer = SegmentBuffer()
     for link in run:
