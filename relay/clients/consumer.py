@@ -19,6 +19,7 @@ from relay import internals
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 from relay.losses import Loss, diverged, out_of_range
+from relay.spec import FetchTrouble
 
 TP = tuple[str, int]
 
@@ -103,6 +104,14 @@ class SourceReader:
             if loss is not None:
                 self.losses.append(loss)
             self._consumer.seek(tp, loss.resume if loss is not None else positions[tp])
+
+    def take_trouble(self) -> list[FetchTrouble]:
+        """kafka-python's consumer retries its brokers itself and says nothing of them."""
+        return []
+
+    def waiting(self, key: TP) -> tuple[str, float] | None:
+        """A Kafka source never waits for records that must come."""
+        return None
 
     def take_losses(self) -> list[Loss]:
         """The losses polls found since the last call (each partition's position is past it)."""

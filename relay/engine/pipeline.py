@@ -8,6 +8,7 @@ a task spec looks like, and whether to move to another source node.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,9 @@ from relay.spec import (
 )
 
 if TYPE_CHECKING:  # the status imports the engine's driver modules
+    from relay.engine.driver.rows import NodeView
     from relay.engine.driver.status import Status
+    from relay.engine.executor.sides import Sides
 
 REPORT_INTERVAL = 0.5  # seconds between a task's progress reports to the driver
 
@@ -36,9 +39,9 @@ class Plan:
     stops: dict[SourcePartition, int] | None  # --stop-at-end targets
 
 
-class Pipeline:
+class Pipeline(abc.ABC):
     """A pipeline as the driver runs it. A subclass sets `kind`, `sides`, `coordinator` and
-    `group_topics`, and gives `plan`, `where`, `task` and `active_source`; the optional
+    `group_topics`, and gives `plan`, `where`, `spec` and `active_source`; the optional
     capabilities (failover, partitions found while running, chores, the status it reports
     into) default to "none" here, so a pipeline without them writes nothing for them.
 
@@ -50,23 +53,23 @@ class Pipeline:
     """
 
     kind: str
-    sides: Callable[[Any], Any]
+    sides: Callable[..., Sides]
     coordinator: ClusterConfig
     group_topics: Sequence[str]
 
     # ---- what every pipeline says ------------------------------------------------------------
 
+    @abc.abstractmethod
     def plan(
         self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
     ) -> Plan:
         """Where each partition stands and where it stops; `on_routes` as soon as the
         partitions are known (Spark starts and the group is joined meanwhile)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
         """Next offsets the destination (or store) really holds: after a failed round, and
         for partitions this process just took over."""
-        raise NotImplementedError
 
     def task(
         self,
@@ -92,23 +95,25 @@ class Pipeline:
         works = tuple(PartitionWork(r, 0, None) for r in first_of_topic.values())
         return self.task(0, 0, works, channel, rates)
 
+    @abc.abstractmethod
     def spec(self, **common: Any) -> TaskSpec:
         """The pipeline's task spec from the fields every spec shares (relay.spec.TaskSpec:
         round and task id, partitions, channel, report interval, rates) and its own."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def active_source(self) -> str:
         """The name of what records come from (for the status)."""
-        raise NotImplementedError
 
     # ---- optional capabilities ----------------------------------------------------------------
 
     def bind(self, status: Status) -> None:
         """The runner's status, for a pipeline that reads acknowledged offsets from it (the
         group sync) or shows what start-up waits for (restore --follow)."""
+        return None  # nothing, unless a pipeline says otherwise
 
     def adopt(self, routes: Sequence[PartitionRoute]) -> None:
         """This process owns these partitions now (nobody else writes them)."""
+        return None  # nothing, unless a pipeline says otherwise
 
     def fail_over(self, nexts: dict[SourcePartition, int], urgent: bool) -> bool:
         """Between rounds: switch source nodes if needed; True if it switched (raises
@@ -119,12 +124,13 @@ class Pipeline:
         """During a round: whether to end it to switch nodes."""
         return False
 
-    def views(self) -> list[Any]:
+    def views(self) -> list[NodeView]:
         """Health-check answers of the source nodes (for the status)."""
         return []
 
     def tick(self) -> None:
         """Called about five times a second while a round runs (periodic chores)."""
+        return None  # nothing, unless a pipeline says otherwise
 
     def recreated(self) -> list[tuple[str, str]]:
         """Source topics found deleted and created again since they were first seen, each once:
@@ -146,8 +152,9 @@ class Pipeline:
     def follow(self, routes: list[PartitionRoute], owned: frozenset[SourcePartition]) -> Plan:
         """Routes of recreated topics at their next incarnation, from the new topics' log starts
         (those the new topics lack left out); the partitions in `owned` remember it in the
-        relay group before any copy of the new topics (relay.pipelines.recreated)."""
-        raise NotImplementedError
+        relay group before any copy of the new topics (relay.pipelines.recreated). A pipeline
+        that does not follow follows none: they halt."""
+        return Plan([], {}, {}, None)
 
     def has_changes(self) -> bool:
         """Whether partitions were found since the plan (the round then ends to take them)."""
@@ -159,3 +166,4 @@ class Pipeline:
 
     def close(self) -> None:
         """Release what the pipeline holds; safe twice."""
+        return None  # nothing, unless a pipeline says otherwise

@@ -157,6 +157,9 @@ class FakePipeline(Pipeline):
     def task(self, round_id: int, task_id: int, works: Any, channel: Any, rates: Any) -> Any:
         return Spec(round_id, task_id, works)
 
+    def spec(self, **common: Any) -> Any:
+        raise AssertionError("the fake builds its specs in task()")
+
     def active_source(self) -> str:
         return "c"
 

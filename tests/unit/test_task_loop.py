@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from relay.losses import Loss, out_of_range
 from relay.pipelines.backup.executor import SegmentWriter
 from relay.pipelines.kafka_target import KafkaWriter
 from relay.pipelines.relay.spec import RelayTask
-from relay.spec import ChannelAddress, PartitionRoute, PartitionWork
+from relay.spec import ChannelAddress, FetchTrouble, PartitionRoute, PartitionWork
 from relay.store import ChainLink, open_store, plan_chain
 from tests.support.batches import control_batch, make_batch, recs
 
@@ -60,7 +61,7 @@ class FakeReader:
         self.position: dict[tuple[str, int], int] = {}
         self.committed: dict[tuple[str, int], int] = {}
 
-    def assign(self, starts: dict[tuple[str, int], int]) -> None:
+    def assign(self, starts: Mapping[tuple[str, int], int]) -> None:
         self.position = dict(starts)
 
     def poll(self, timeout: float) -> dict[tuple[str, int], list[Rec]]:
@@ -81,12 +82,24 @@ class FakeReader:
     def pause(self, key: tuple[str, int]) -> None:
         pass
 
-    def commit(self, offsets: dict[tuple[str, int], int]) -> None:
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         self.committed.update(offsets)
 
-    def commit_async(self, offsets: dict[tuple[str, int], int], done: Any) -> None:
+    def commit_async(self, offsets: Mapping[tuple[str, int], int], done: Any) -> None:
         self.committed.update(offsets)
         done()
+
+    def take_losses(self) -> list[Loss]:
+        return []
+
+    def take_trouble(self) -> list[FetchTrouble]:
+        return []
+
+    def waiting(self, key: tuple[str, int]) -> tuple[str, float] | None:
+        return None
+
+    def close(self) -> None:
+        pass
 
 
 class FakeDelivery:

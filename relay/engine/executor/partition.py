@@ -180,7 +180,6 @@ class PartitionState:
             highwater = reader.highwater(self.key) if reader is not None else None
         except Exception:  # noqa: BLE001 - a gauge, never worth failing for
             highwater = None
-        waits = getattr(reader, "waiting", None)  # only the store reader ever waits
         writer = self.writer
         return PartitionProgress(
             key=self.key,
@@ -193,7 +192,7 @@ class PartitionState:
             filtered=tuple(sorted(self.filtered.items())),
             filter_errors=tuple(sorted(self.filter_errors.items())),
             segments=writer.segments,
-            waiting=waits(self.key) if waits is not None else None,
+            waiting=reader.waiting(self.key) if reader is not None else None,
             hole=self.hole,
             unsure=writer.unacknowledged() if final else (),
             lost=tuple(self.lost),

@@ -9,6 +9,7 @@ The Kafka clients the sides open are cached per worker process (relay.clients.wo
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -16,7 +17,10 @@ from typing import Any, Protocol
 
 from relay.batches import SourceBatch
 from relay.engine.executor.failures import TargetFailure
-from relay.spec import PartitionWork
+from relay.losses import Loss
+from relay.spec import FetchTrouble, PartitionWork
+
+TP = tuple[str, int]  # (topic, partition)
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +58,48 @@ class BatchWriter(Writer, Protocol):
     ) -> tuple[int, int]: ...
 
 
+class Reader(Protocol):
+    """Where a task reads: a Kafka source (relay.clients.consumer.SourceReader, its batch
+    path relay.clients.batch_reader.BatchReader) or a store (restore's StoreReader)."""
+
+    def assign(self, starts: Mapping[TP, int]) -> None: ...
+    def poll(self, timeout: float) -> Mapping[TP, list[Any]]:
+        """Records or record batches per partition, as the task's writers take them."""
+        ...
+
+    def positions(self, keys: Iterable[TP]) -> dict[TP, int]: ...
+    def highwater(self, key: TP) -> int | None: ...
+    def pause(self, key: TP) -> None: ...
+    def commit(self, offsets: Mapping[TP, int]) -> None: ...
+    def commit_async(self, offsets: Mapping[TP, int], done: Callable[[], None]) -> None: ...
+    def take_losses(self) -> list[Loss]:
+        """Source records found lost since the last call (relay.losses)."""
+        ...
+
+    def take_trouble(self) -> list[FetchTrouble]:
+        """Brokers the reader cannot fetch from, since the last call."""
+        ...
+
+    def waiting(self, key: TP) -> tuple[str, float] | None:
+        """Why (and how long) a partition waits for records that must come (restore
+        --follow); None for a reader that never waits."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Sides(Protocol):
     def works(self, attempt: int) -> tuple[PartitionWork, ...]: ...
-    def reader(self) -> Any: ...
+    def reader(self) -> Reader: ...
     def writer(self, work: PartitionWork, latencies: list[float]) -> Writer: ...
     def buffer_limit(self) -> int | None:
         """Unacknowledged bytes past which the task stops reading (None: no limit)."""
         ...
 
-    flush_limit: float  # seconds a final flush may take (what is still out then has failed)
+    @property
+    def flush_limit(self) -> float:
+        """Seconds a final flush may take (what is still out then has failed)."""
+        ...
 
     def flush(self, timeout: float | None) -> bool:
         """Send what is written; True once every write was answered (None: wait up to

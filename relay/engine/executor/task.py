@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from relay.batches import SourceBatch
@@ -34,7 +34,7 @@ from relay.engine.executor.failures import (
     TargetFailure,
 )
 from relay.engine.executor.partition import PartitionState
-from relay.engine.executor.sides import Sides
+from relay.engine.executor.sides import Reader, Sides
 from relay.engine.executor.throttle import Throttle
 from relay.filters import FilterRuntimeError, cached_filters
 from relay.losses import Loss
@@ -76,7 +76,7 @@ class TaskRun:
         self.task, self.attempt, self.channel, self.sides = task, attempt, channel, sides
         self.parts: dict[tuple[str, int], PartitionState] = {}
         self.latencies: list[float] = []
-        self.reader: Any = None
+        self.reader: Reader | None = None
         self.buffer_limit: int | None = None
         self.throttle = Throttle(None, None)
         self._writing: set[tuple[str, int]] = set()  # partitions with writes not yet durable
@@ -153,12 +153,13 @@ class TaskRun:
             self.throttle.held += pause if hold > 0 else 0.0
             self._collect_acks(time.monotonic(), active if sweep else None)
             return
+        reader = self.reader
+        assert reader is not None  # opened before the loop runs
         try:
-            batch = self.reader.poll(EMPTY_POLL_WAIT)
-            take_losses = getattr(self.reader, "take_losses", None)  # Kafka sources only
-            losses = take_losses() if take_losses is not None else []
+            batch = reader.poll(EMPTY_POLL_WAIT)
+            losses = reader.take_losses()
             moved = [p.key for p in active] if sweep else list(batch)
-            positions = self.reader.positions(moved)
+            positions = reader.positions(moved)
         except Exception as exc:
             raise SourceFailure(f"{type(exc).__name__}: {exc}") from exc
         self._lose(losses)
@@ -177,7 +178,7 @@ class TaskRun:
                     self._writing.add(key)
                 part.advance(positions[key])
                 if part.reached_stop:
-                    self.reader.pause(key)
+                    reader.pause(key)
         self._collect_acks(time.monotonic(), active if sweep else None)
 
     def _lose(self, losses: list[Loss]) -> None:
@@ -277,7 +278,6 @@ class TaskRun:
 
     def result(self, error: TaskError | None, elapsed: float, final: bool = False) -> TaskResult:
         samples, self.latencies[:] = list(self.latencies), []
-        take_trouble = getattr(self.reader, "take_trouble", None)  # the batch path's reader
         return TaskResult(
             round_id=self.task.round_id,
             task_id=self.task.task_id,
@@ -287,12 +287,12 @@ class TaskRun:
             elapsed=elapsed,
             worker_pid=os.getpid(),
             latencies=tuple(samples),
-            trouble=tuple(take_trouble()) if take_trouble is not None else (),
+            trouble=tuple(self.reader.take_trouble()) if self.reader is not None else (),
             throttled=round(self.throttle.held, 3),
         )
 
 
-def _volume(batch: dict[Any, list[Any]]) -> tuple[int, int]:
+def _volume(batch: Mapping[Any, list[Any]]) -> tuple[int, int]:
     """Records and bytes one read brought: record batches (their headers' counts and sizes) or
     records (their keys and values)."""
     records = size = 0

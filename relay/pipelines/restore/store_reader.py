@@ -19,7 +19,9 @@ from typing import Any
 
 from relay.config import StoreConfig
 from relay.errors import KtmError
+from relay.losses import Loss
 from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT
+from relay.spec import FetchTrouble
 from relay.store import ChainError, ChainLink, SegmentMeta, SegmentStore, StoredRecord, plan_chain
 
 TP = tuple[str, int]
@@ -189,6 +191,13 @@ class StoreReader:
 
     def pause(self, key: TP) -> None:
         self._parts[key].paused = True
+
+    def take_losses(self) -> list[Loss]:
+        """A store loses nothing while it is read (a segment gone is SegmentLost)."""
+        return []
+
+    def take_trouble(self) -> list[FetchTrouble]:
+        return []
 
     def commit(self, offsets: Any) -> None:
         """Nothing to commit: the destination's provenance headers say what was restored."""
