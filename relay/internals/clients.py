@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relay.internals.missing import Missing, attr
 
+if TYPE_CHECKING:  # kafka-python's own classes (untyped: they say what each argument is)
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-def position(consumer: Any, tp: Any) -> int | None:
+
+def position(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
     """A partition's next offset from the consumer's subscription state, without the round trip
     `KafkaConsumer.position()` may make; None if it is not known there."""
     state = attr(consumer, "_subscription", "KafkaConsumer._subscription").assignment.get(tp)
@@ -15,13 +18,13 @@ def position(consumer: Any, tp: Any) -> int | None:
     return None if found is None else int(found.offset)
 
 
-def request_rejoin(consumer: Any) -> None:
+def request_rejoin(consumer: KafkaConsumer) -> None:
     """Make this member rejoin its group (with new metadata) without leaving it."""
     coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
     attr(coordinator, "request_rejoin", "ConsumerCoordinator.request_rejoin")()
 
 
-def joining(consumer: Any) -> bool:
+def joining(consumer: KafkaConsumer) -> bool:
     """This member's JoinGroup/SyncGroup exchange is on the wire (False once it ended).
 
     kafka-python 3.0.12 keeps that exchange as a task across polls, but when it completes
@@ -34,7 +37,7 @@ def joining(consumer: Any) -> bool:
     return task is not None and not task.is_done
 
 
-def await_join(consumer: Any, timeout: float) -> None:
+def await_join(consumer: KafkaConsumer, timeout: float) -> None:
     """Wait up to `timeout` seconds for the join that is out, returning as soon as it ends
     (with its callbacks run, as in a poll): a consumer's poll, given no partition to fetch,
     waits out its whole timeout even after the join ended."""
@@ -43,7 +46,7 @@ def await_join(consumer: Any, timeout: float) -> None:
     ensure(timeout_ms=int(timeout * 1000))
 
 
-def last_heartbeat(consumer: Any) -> float:
+def last_heartbeat(consumer: KafkaConsumer) -> float:
     """When the coordinator last answered this member's heartbeat (monotonic), -inf while the
     member is not stable in its group."""
     coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
@@ -53,7 +56,7 @@ def last_heartbeat(consumer: Any) -> float:
     return float(attr(heartbeat, "last_receive", "Heartbeat.last_receive"))
 
 
-def group_member_count(admin: Any, group: str) -> int:
+def group_member_count(admin: KafkaAdminClient, group: str) -> int:
     """Members of a consumer group, from DescribeGroups read without kafka-python's decoding of
     the authorized operations (which fails on brokers that answer a value it does not know:
     Tansu does)."""

@@ -5,33 +5,40 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relay.internals.missing import Missing, attr
 
+if TYPE_CHECKING:  # kafka-python's own classes (untyped: they say what each argument is)
+    from kafka import KafkaProducer, TopicPartition
+    from kafka.producer.future import FutureProduceResult
+    from kafka.producer.producer_batch import ProducerBatch
+    from kafka.producer.record_accumulator import RecordAccumulator
+    from kafka.producer.sender import Sender
 
-def accumulator(producer: Any) -> Any:
+
+def accumulator(producer: KafkaProducer) -> RecordAccumulator:
     """The producer's RecordAccumulator: batches per partition, waiting to be sent."""
     return attr(producer, "_accumulator", "KafkaProducer._accumulator")
 
 
-def sender(producer: Any) -> Any:
+def sender(producer: KafkaProducer) -> Sender:
     """The producer's Sender: the I/O thread that drains the accumulator."""
     return attr(producer, "_sender", "KafkaProducer._sender")
 
 
-def partition_queue(acc: Any, tp: Any) -> Any:
+def partition_queue(acc: RecordAccumulator, tp: TopicPartition) -> Any:
     """The deque of batches of one partition (hold `partition_lock` while using it)."""
     return attr(acc, "_batches", "RecordAccumulator._batches")[tp]
 
 
-def partition_lock(acc: Any, tp: Any) -> Any:
+def partition_lock(acc: RecordAccumulator, tp: TopicPartition) -> Any:
     """The lock that guards one partition's queue, as the accumulator takes it."""
     return attr(acc, "_tp_lock", "RecordAccumulator._tp_lock")(tp)
 
 
 @contextmanager
-def appending(acc: Any) -> Iterator[None]:
+def appending(acc: RecordAccumulator) -> Iterator[None]:
     """An append in progress: a flush waits for it (what RecordAccumulator.append does)."""
     counter = attr(acc, "_appends_in_progress", "RecordAccumulator._appends_in_progress")
     counter.increment()
@@ -41,12 +48,12 @@ def appending(acc: Any) -> Iterator[None]:
         counter.decrement()
 
 
-def track(acc: Any, batch: Any) -> None:
+def track(acc: RecordAccumulator, batch: ProducerBatch) -> None:
     """Count a batch as incomplete: flush() waits for it, expiry sees it."""
     attr(acc, "_incomplete", "RecordAccumulator._incomplete").add(batch)
 
 
-def still_incomplete(acc: Any, batch: Any) -> bool:
+def still_incomplete(acc: RecordAccumulator, batch: ProducerBatch) -> bool:
     """Whether the accumulator still tracks `batch` (a batch it split is dropped from it)."""
     incomplete = attr(acc, "_incomplete", "RecordAccumulator._incomplete")
     batches = attr(incomplete, "_incomplete", "IncompleteProducerBatches._incomplete")
@@ -54,11 +61,11 @@ def still_incomplete(acc: Any, batch: Any) -> bool:
         return batch in batches
 
 
-def accumulator_closed(acc: Any) -> bool:
+def accumulator_closed(acc: RecordAccumulator) -> bool:
     return bool(attr(acc, "_closed", "RecordAccumulator._closed"))
 
 
-def known_partitions(producer: Any, topic: str, partition: int | None = None) -> set[int]:
+def known_partitions(producer: KafkaProducer, topic: str, partition: int | None = None) -> set[int]:
     """A topic's partitions, from the producer's metadata, waited for if not known yet; with
     `partition`, its metadata is refreshed until that one is in it too (a topic grown while
     running: kafka-python learns of new partitions only at its next refresh, up to
@@ -80,7 +87,7 @@ def known_partitions(producer: Any, topic: str, partition: int | None = None) ->
 METADATA_PAUSE = 0.05  # seconds between two looks at a producer's metadata being refreshed
 
 
-def know_topics(producer: Any, topics: Iterable[str]) -> None:
+def know_topics(producer: KafkaProducer, topics: Iterable[str]) -> None:
     """The partitions of every one of `topics` in the producer's metadata, in about one
     metadata request: kafka-python waits for one topic at a time, and each of its requests
     names every topic asked for so far (2,000 topics: 2,000 requests of up to 2,000 topics).
@@ -96,18 +103,22 @@ def know_topics(producer: Any, topics: Iterable[str]) -> None:
             known_partitions(producer, topic)  # the first wait brings the others too
 
 
-def is_transactional(producer: Any) -> bool:
+def is_transactional(producer: KafkaProducer) -> bool:
     manager = getattr(producer, "_transaction_manager", None)
     return manager is not None and bool(manager.is_transactional())
 
 
-def on_batch_failure(producer: Any, hook: Callable[[Any, Any], None]) -> None:
+def on_batch_failure(
+    producer: KafkaProducer, hook: Callable[[ProducerBatch, FutureProduceResult], None]
+) -> None:
     """Call `hook(batch, outcome future)` on the I/O thread after kafka-python decided what
     becomes of a failed batch (retry, split, or fail)."""
     the_sender = sender(producer)
     dispatch = attr(the_sender, "_dispatch_error", "Sender._dispatch_error")
 
-    def dispatch_and_hook(batch: Any, exception: Any, partition_response: Any) -> Any:
+    def dispatch_and_hook(
+        batch: ProducerBatch, exception: BaseException, partition_response: Any
+    ) -> Any:
         outcome = dispatch(batch, exception, partition_response)
         hook(batch, batch.produce_future)
         return outcome
@@ -115,12 +126,14 @@ def on_batch_failure(producer: Any, hook: Callable[[Any, Any], None]) -> None:
     the_sender._dispatch_error = dispatch_and_hook
 
 
-def on_batch_split(acc: Any, hook: Callable[[Any, list[Any]], None]) -> None:
+def on_batch_split(
+    acc: RecordAccumulator, hook: Callable[[ProducerBatch, list[ProducerBatch]], None]
+) -> None:
     """Call `hook(batch, halves)` when the sender splits a batch a broker refused as too large
     into halves it re-enqueues (the first entries of the partition's queue right after)."""
     split = attr(acc, "split_and_reenqueue", "RecordAccumulator.split_and_reenqueue")
 
-    def split_and_hook(batch: Any, now: float | None = None) -> int:
+    def split_and_hook(batch: ProducerBatch, now: float | None = None) -> int:
         count = split(batch, now)
         with partition_lock(acc, batch.topic_partition):
             halves = list(partition_queue(acc, batch.topic_partition))[:count]
@@ -130,7 +143,7 @@ def on_batch_split(acc: Any, hook: Callable[[Any, list[Any]], None]) -> None:
     acc.split_and_reenqueue = split_and_hook
 
 
-def several_batches_in_flight(producer: Any) -> None:
+def several_batches_in_flight(producer: KafkaProducer) -> None:
     """Let up to max_in_flight batches of one partition travel at once under idempotence.
 
     kafka-python mutes a partition while one of its batches is out whenever idempotence is on
@@ -155,14 +168,18 @@ def several_batches_in_flight(producer: Any) -> None:
     client.connection_delay = busy_aware
 
 
-def on_reenqueue(acc: Any, reenqueue: Callable[[Any, float | None], None]) -> None:
+def on_reenqueue(
+    acc: RecordAccumulator, reenqueue: Callable[[ProducerBatch, float | None], None]
+) -> None:
     """Let `reenqueue(batch, now)` put a batch the sender retries back in its partition's queue
     (kafka-python puts it first, `appendleft`). Called on the I/O thread."""
     attr(acc, "reenqueue", "RecordAccumulator.reenqueue")
     acc.reenqueue = lambda batch, now=None: reenqueue(batch, now)
 
 
-def on_drain(acc: Any, hook: Callable[[dict[int, list[Any]]], None]) -> None:
+def on_drain(
+    acc: RecordAccumulator, hook: Callable[[dict[int, list[ProducerBatch]]], None]
+) -> None:
     """Call `hook({node id: batches})` with what each drain took from the queues (I/O thread)."""
     drain = attr(acc, "drain", "RecordAccumulator.drain")
 
@@ -174,7 +191,7 @@ def on_drain(acc: Any, hook: Callable[[dict[int, list[Any]]], None]) -> None:
     acc.drain = drain_and_hook
 
 
-def on_answered(producer: Any, hook: Callable[[Any], None]) -> None:
+def on_answered(producer: KafkaProducer, hook: Callable[[ProducerBatch], None]) -> None:
     """Call `hook(batch)` once a batch is no longer in flight: acknowledged, failed, split or
     re-enqueued (kafka-python drops it from `Sender._in_flight_batches` then; I/O thread)."""
     the_sender = sender(producer)
@@ -184,20 +201,20 @@ def on_answered(producer: Any, hook: Callable[[Any], None]) -> None:
         "Sender._maybe_remove_from_inflight_batches",
     )
 
-    def forget_and_hook(batch: Any) -> None:
+    def forget_and_hook(batch: ProducerBatch) -> None:
         forget(batch)
         hook(batch)
 
     the_sender._maybe_remove_from_inflight_batches = forget_and_hook
 
 
-def batches_in_flight(producer: Any, tp: Any) -> list[Any]:
+def batches_in_flight(producer: KafkaProducer, tp: TopicPartition) -> list[ProducerBatch]:
     """The batches of one partition sent and not answered yet (I/O thread only)."""
     in_flight = attr(sender(producer), "_in_flight_batches", "Sender._in_flight_batches")
     return [batch for _, batch in in_flight.get(tp, ())]
 
 
-def muted_partitions(acc: Any) -> set[Any]:
+def muted_partitions(acc: RecordAccumulator) -> set[TopicPartition]:
     """The partitions the sender neither drains nor counts as ready (I/O thread only)."""
     muted = attr(acc, "muted", "RecordAccumulator.muted")
     if not isinstance(muted, set):
@@ -205,24 +222,28 @@ def muted_partitions(acc: Any) -> set[Any]:
     return muted
 
 
-def on_batch_error(producer: Any, translate: Callable[[Any, Any], Any]) -> None:
+def on_batch_error(
+    producer: KafkaProducer, translate: Callable[[ProducerBatch, BaseException], BaseException]
+) -> None:
     """Let `translate(batch, error)` replace the error kafka-python decides a failed batch's
     fate by (retry, split or fail), before it decides (I/O thread)."""
     the_sender = sender(producer)
     dispatch = attr(the_sender, "_dispatch_error", "Sender._dispatch_error")
 
-    def translate_and_dispatch(batch: Any, exception: Any, partition_response: Any) -> Any:
+    def translate_and_dispatch(
+        batch: ProducerBatch, exception: BaseException, partition_response: Any
+    ) -> Any:
         return dispatch(batch, translate(batch, exception), partition_response)
 
     the_sender._dispatch_error = translate_and_dispatch
 
 
-def stop_sending(producer: Any, timeout: float) -> None:
+def stop_sending(producer: KafkaProducer, timeout: float) -> None:
     """End the I/O thread without sending what is queued (every delivery not completed fails)."""
     the_sender = sender(producer)
     the_sender.force_close()
     the_sender.join(timeout)
 
 
-def wake_sender(producer: Any) -> None:
+def wake_sender(producer: KafkaProducer) -> None:
     sender(producer).wakeup()
