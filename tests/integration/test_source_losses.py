@@ -313,12 +313,13 @@ def test_a_recreated_topic_followed_is_copied_again_from_its_start_into_the_same
     source_broker: Any, target_broker: Any, spark: Any, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    """`on_recreate = "follow"`: a relay copied offsets 0-29 of each of 2 partitions; the topic
-    is deleted and created again, empty, then gets 40 records a partition. Within a health check
+    """`on_recreate = "follow"`: a relay copied offsets 0-49 of each of 2 partitions; the topic
+    is deleted and created again, empty, then gets 20 records a partition (fewer: the lag must
+    follow the new, lower ends). Within a health check
     the relay follows it (a fetch may first find the new log ended below the copy and halt the
-    partition: following lifts that): the destination holds the 30 old copies, then the 40 new
+    partition: following lifts that): the destination holds the 50 old copies, then the 20 new
     ones named `topic~1`. A consumer group at offset 10 of the new topic is carried over to the
-    destination at 40 (after the old copies). A restart copies nothing again; `ktm verify`
+    destination at 60 (after the old copies). A restart copies nothing again; `ktm verify`
     compares the new incarnation exact and counts the old copies apart."""
     bootstrap = source_broker.bootstrap
     src = create_topic(bootstrap, unique_topic("follow-src"), partitions=2)
@@ -326,18 +327,21 @@ def test_a_recreated_topic_followed_is_copied_again_from_its_start_into_the_same
     app = unique_topic("follow-app")
     groups = f'\n[groups]\ninclude = ["{app}"]\ninterval = "1s"\n'
     conf = recreating(tmp_path / "c.toml", bootstrap, target_broker.bootstrap, src, dst,
-                      'on_recreate = "follow"', groups)  # fmt: skip
-    fill(bootstrap, src, 2, 30)
+                      'on_recreate = "follow"', groups, interval="1s")  # fmt: skip
+    fill(bootstrap, src, 2, 50)
     relay = Background(conf, failover=False)
     try:
-        recreate(bootstrap, src, 2, lambda: relay.produced() >= 60)
+        recreate(bootstrap, src, 2, lambda: relay.produced() >= 100)
         wait_until(lambda: all(r.incarnation == 1 for r in relay.relay.routes), 30,
                    "the relay follows the new topic")  # fmt: skip
-        fill(bootstrap, src, 2, 40, first=100)
+        time.sleep(4)  # health checks of the new, empty topic (a stale one raised its lag)
+        fill(bootstrap, src, 2, 20, first=100)
         wait_until(lambda: relay.produced() >= 140, 60, "the new topic is copied")
+        status = relay.relay.status
+        wait_until(lambda: status.snapshot().lag == 0, 10, "no lag left: the new topic's ends")
         commit_at(bootstrap, src, {0: 10, 1: 10}, group=app)
         target = target_broker.bootstrap
-        wait_until(lambda: committed_offsets(target, app, dst, 2) == {0: 40, 1: 40}, 30,
+        wait_until(lambda: committed_offsets(target, app, dst, 2) == {0: 60, 1: 60}, 30,
                    "the group is carried over into the new incarnation's copies")  # fmt: skip
     finally:
         relay.finish()
@@ -350,20 +354,21 @@ def test_a_recreated_topic_followed_is_copied_again_from_its_start_into_the_same
     copies = attributed([record for p in sorted(held) for record in held[p]])
     for partition in (0, 1):
         mine = [(c.topic, c.offset) for c in copies if c.partition == partition]
-        assert mine == [(src, o) for o in range(30)] + [(f"{src}~1", o) for o in range(40)]
+        assert mine == [(src, o) for o in range(50)] + [(f"{src}~1", o) for o in range(20)]
     summary, _ = relay_once(conf)  # a restart: the incarnation is read back, nothing copied
     assert summary.relayed == 0 and not summary.halted
     reports = verify_once(conf, spark)
-    assert [(r.exact, r.compared, r.earlier) for r in reports] == [(True, 40, 30)] * 2
+    assert [(r.exact, r.compared, r.earlier) for r in reports] == [(True, 20, 50)] * 2
 
 
 def recreating(
-    path: Path, source: str, target: str, src: str, dst: str, pool: str = "", extra: str = ""
-) -> Path:
+    path: Path, source: str, target: str, src: str, dst: str, pool: str = "", extra: str = "",
+    interval: str = "500ms",
+) -> Path:  # fmt: skip
     """A config relaying `src` while it is deleted and created again: the topic is missing for
     a moment, and the source side retries until it is back."""
     conf = write_config(path, source=source, target=target, topics={src: dst}, extra=extra)
-    pool = f'[source_pool]\nhealthcheck_interval = "500ms"\nmax_retries = -1\n{pool}'
+    pool = f'[source_pool]\nhealthcheck_interval = "{interval}"\nmax_retries = -1\n{pool}'
     conf.write_text(conf.read_text().replace("[source_pool]\nmax_retries = 1", pool.rstrip()))
     return conf
 

@@ -68,6 +68,9 @@ class Status:
         # runs a failed task wrote and never saw acknowledged (PartitionProgress.unsure)
         self._unsure: dict[SourcePartition, tuple[tuple[int, int, int], ...]] = {}
         self.gauges = Gauges(metrics)
+        # followed partitions (`follow`): the health-check answer seen then, older than the
+        # new topic
+        self._stale: dict[SourcePartition, NodeView | None] = {}
         self._lock = threading.Lock()
 
     def start(
@@ -215,9 +218,12 @@ class Status:
         """Partitions of a recreated topic start over at the new topic's log start, as a new
         incarnation (relay.pipelines.recreated): their rows take the new routes, offsets and
         ends (--stop-at-end: the new end is where they stop), keep what they counted, and
-        their halts are lifted."""
+        their halts are lifted. Their ends only grew within the old topic; the new one's may
+        be lower, so the first health check answered after this sets them (`observe_nodes`)."""
         with self._lock:
+            seen = {view.name: view for view in self.nodes}
             for route in routes:
+                self._stale[route.key] = seen.get(self.active_node)
                 key, row = route.key, self._rows[route.key]
                 stop = ends.get(key) if row.stop is not None else None
                 self._rows[key] = replace(row, route=route, next_offset=next_offsets[key],
@@ -285,7 +291,11 @@ class Status:
                     continue
                 for key, end in view.ends.items():
                     row = self._rows.get(key)
-                    if row is not None and (row.end is None or end > row.end):
+                    # a followed partition's first new answer sets its end, even lower
+                    renewed = key in self._stale and self._stale[key] is not view
+                    if renewed:
+                        del self._stale[key]
+                    if row is not None and (row.end is None or end > row.end or renewed):
                         self._rows[key] = replace(row, end=end)
                         moved.append(key)
         self._publish(moved)  # only what changed: at 2,000 partitions every check cost ~0.1 s
