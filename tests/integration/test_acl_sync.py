@@ -230,7 +230,11 @@ def test_the_relay_copies_exactly_the_expected_acls_and_names_the_missing_user_o
     want = expected(world)
     wait_until(lambda: topic_acls(world.target.bootstrap) == want, 60,
                "the copied ACLs on the target")  # fmt: skip
-    assert relay.metrics.registry.get_sample_value("ktm_acls_created_total") == len(want)
+    # the ACLs are visible to DescribeAcls a moment before the relay's CreateAcls returns and
+    # counts them
+    created = relay.metrics.registry
+    wait_until(lambda: created.get_sample_value("ktm_acls_created_total") == len(want), 10,
+               "the copied ACLs counted")  # fmt: skip
     line = "ACLs copied for User:reader, a SCRAM user on the source"
     wait_until(lambda: line in caplog.text, 10, "the missing SCRAM user named")
     time.sleep(2.5)  # two more syncs ([acls].interval 1s): the line is not written again
