@@ -48,7 +48,7 @@ class Stops:
     def __init__(self, pipeline: Pipeline, status: Status, metrics: Metrics):
         self.offsets: dict[SourcePartition, int] = {}  # --stop-at-end targets, and halts
         self.pipeline, self.status, self.metrics = pipeline, status, metrics
-        self._following: list[PartitionRoute] = []  # to follow between rounds
+        self._following: dict[SourcePartition, PartitionRoute] = {}  # to follow between rounds
         # truncations not counted yet: (what was lost, the number of the look that decides)
         self._unconfirmed: dict[SourcePartition, tuple[Lost, int]] = {}
 
@@ -78,7 +78,7 @@ class Stops:
 
     def waiting(self) -> set[SourcePartition]:
         """The partitions kept out of rounds until they are followed."""
-        return {r.key for r in self._following}
+        return set(self._following)
 
     def look(self, routes: list[PartitionRoute]) -> bool:
         """Whether a source topic was found recreated: one line naming both IDs; its partitions
@@ -90,7 +90,7 @@ class Stops:
             mine = [r for r in routes if r.topic == topic]
             if self.pipeline.follows_recreated:
                 log.warning("%s; %s", line, FOLLOWING)
-                self._following += mine
+                self._following.update((r.key, r) for r in mine)
                 for route in mine:
                     self._unconfirmed.pop(route.key, None)  # not lost: the topic is new
                 continue
@@ -104,7 +104,7 @@ class Stops:
         """Source offsets a halted partition lost; a truncation while following waits for the
         next look at the topics' IDs."""
         if self.pipeline.follows_recreated and lost[2] == TRUNCATED:
-            if key not in self.waiting():  # else a recreation explains it already
+            if key not in self._following:  # else a recreation explains it already
                 self._unconfirmed[key] = (lost, self.pipeline.look_again())
         else:
             self.status.count_loss(key, lost)
@@ -128,16 +128,16 @@ class Stops:
         if not self._following:
             return None
         try:
-            plan = self.pipeline.follow(self._following, owned() or frozenset())
+            plan = self.pipeline.follow(list(self._following.values()), owned() or frozenset())
         except Exception as exc:  # noqa: BLE001 - they stay out of rounds until it works
             log.warning("following recreated source topics: %s; trying again", exc)
             return None
         followed = {r.key: r for r in plan.routes}
         nexts = self.status.next_offsets()
-        for route in [r for r in self._following if r.key not in followed]:
+        for route in [r for key, r in self._following.items() if key not in followed]:
             reason = f"source topic {route.topic} was recreated without partition {route.partition}"
             self.halt(route, nexts[route.key], reason)
-        self._following = []
+        self._following = {}
         self.status.follow(plan.routes, plan.next_offsets, plan.ends)
         for key in followed:
             self.offsets.pop(key, None)

@@ -233,9 +233,7 @@ class GroupSync:
         if moved:
             try:
                 consumer_groups.commit_group(self.target, result.group, moved, self.timeout)
-            except (
-                consumer_groups.GroupHasMembers
-            ) as exc:  # a member joined since the state was read
+            except consumer_groups.GroupHasMembers as exc:  # one joined since the state was read
                 return GroupResult(result.group, result.read_at, result.partitions, str(exc))
         return GroupResult(result.group, result.read_at, result.partitions, "", len(moved))
 
