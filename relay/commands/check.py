@@ -56,7 +56,7 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
     click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
     for risk in pipeline.at_risk:  # relay.retention: copies the destination will delete
         click.echo(f"retention: {risk.line()}")
-    failed = _fetch_report(cfg, pipeline.pool.active, snap.rows)
+    failed = _fetch_report(cfg, pipeline.source_node, snap.rows)
     _groups_report(cfg, groups)
     _acls_report(acls)
     _configs_report(configs)

@@ -9,11 +9,12 @@ a task spec looks like, and whether to move to another source node.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from relay.config import ClusterConfig
+from relay.engine.driver.halts import Halt
 from relay.spec import (
     ChannelAddress,
     PartitionRoute,
@@ -23,12 +24,30 @@ from relay.spec import (
     TaskSpec,
 )
 
-if TYPE_CHECKING:  # the status imports the engine's driver modules
+if TYPE_CHECKING:
     from relay.engine.driver.rows import NodeView
-    from relay.engine.driver.status import Status
     from relay.engine.executor.sides import Sides
 
 REPORT_INTERVAL = 0.5  # seconds between a task's progress reports to the driver
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """What `Pipeline.partitions` found: the routes, or (`routes` None) what start-up waits for,
+    to be asked again `again_in` seconds later."""
+
+    routes: list[PartitionRoute] | None
+    waiting: Mapping[str, str] = field(default_factory=dict)  # topic -> what it waits for
+    again_in: float = 0.0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a pipeline sees of the run at each tick (read-only): the next offset of every
+    partition, and the partitions this process owns (None until its group assigns them)."""
+
+    next_offsets: Mapping[SourcePartition, int]
+    owned: frozenset[SourcePartition] | None
 
 
 @dataclass(frozen=True)
@@ -41,9 +60,14 @@ class Plan:
 
 class Pipeline(abc.ABC):
     """A pipeline as the driver runs it. A subclass sets `kind`, `sides`, `coordinator` and
-    `group_topics`, and gives `plan`, `where`, `spec` and `active_source`; the optional
-    capabilities (failover, partitions found while running, chores, the status it reports
-    into) default to "none" here, so a pipeline without them writes nothing for them.
+    `group_topics`, and gives `partitions`, `resume`, `where`, `spec` and `active_source`; the
+    optional capabilities (failover, partitions found while running, chores) default to "none"
+    here, so a pipeline without them writes nothing for them.
+
+    Data goes one way: the runner asks, the pipeline answers. Start-up is `partitions` (asked
+    again while it says it waits), then the runner starts Spark and joins the group, then
+    `resume`; while running, each `tick` shows the pipeline the run's progress and takes back
+    the partitions it found must halt.
 
     kind: "relay", "backup", "restore": names the coordination group and the logs.
     sides: the executor side, a class of an importable module making a task's Sides from its
@@ -60,11 +84,13 @@ class Pipeline(abc.ABC):
     # ---- what every pipeline says ------------------------------------------------------------
 
     @abc.abstractmethod
-    def plan(
-        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
-    ) -> Plan:
-        """Where each partition stands and where it stops; `on_routes` as soon as the
-        partitions are known (Spark starts and the group is joined meanwhile)."""
+    def partitions(self) -> Partitions:
+        """The partitions to copy, with the clusters and topics checked (and what start-up
+        waits for, if it must wait); Spark starts and the group forms while `resume` runs."""
+
+    @abc.abstractmethod
+    def resume(self, routes: list[PartitionRoute], stop_at_end: bool) -> Plan:
+        """Where each of the partitions `partitions` found stands, and where it stops."""
 
     @abc.abstractmethod
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
@@ -106,11 +132,6 @@ class Pipeline(abc.ABC):
 
     # ---- optional capabilities ----------------------------------------------------------------
 
-    def bind(self, status: Status) -> None:
-        """The runner's status, for a pipeline that reads acknowledged offsets from it (the
-        group sync) or shows what start-up waits for (restore --follow)."""
-        return None  # nothing, unless a pipeline says otherwise
-
     def adopt(self, routes: Sequence[PartitionRoute]) -> None:
         """This process owns these partitions now (nobody else writes them)."""
         return None  # nothing, unless a pipeline says otherwise
@@ -128,9 +149,10 @@ class Pipeline(abc.ABC):
         """Health-check answers of the source nodes (for the status)."""
         return []
 
-    def tick(self) -> None:
-        """Called about five times a second while a round runs (periodic chores)."""
-        return None  # nothing, unless a pipeline says otherwise
+    def tick(self, progress: Progress) -> Sequence[Halt]:
+        """Called about five times a second while running (periodic chores), with the run's
+        progress; gives back the partitions found since that must halt, each once."""
+        return ()
 
     def recreated(self) -> list[tuple[str, str]]:
         """Source topics found deleted and created again since they were first seen, each once:

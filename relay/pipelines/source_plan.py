@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from relay.clients import admin, consumer_groups, timestamps
 from relay.clients.kept import keep_clients
@@ -43,50 +43,50 @@ class SourcePlan:
     def plan(
         self,
         stop_at_end: bool,
-        on_routes: Callable[[list[PartitionRoute]], None] | None = None,
         topics: Sequence[TopicRoute] | None = None,
         source_counts: Mapping[str, int] | None = None,
     ) -> Plan:
-        """`topics`: the routes to plan (default: `[topics]`), `source_counts`: their source
-        partition counts if the caller just read them. The clients it makes are kept open
-        until it returns: each cluster is asked several things in a row."""
-        with keep_clients():
-            return self._plan(stop_at_end, on_routes, topics, source_counts)
+        """`routes` and `resumed` in one: the plan of `topics` (default: `[topics]`)."""
+        return self.resumed(self.routes(topics, source_counts), stop_at_end)
 
-    def _plan(
+    def routes(
         self,
-        stop_at_end: bool,
-        on_routes: Callable[[list[PartitionRoute]], None] | None,
-        topics: Sequence[TopicRoute] | None,
-        source_counts: Mapping[str, int] | None,
-    ) -> Plan:
-        cfg, target = self.cfg, self.cfg.need_target().cluster
-        topics = cfg.topics if topics is None else topics
+        topics: Sequence[TopicRoute] | None = None,
+        source_counts: Mapping[str, int] | None = None,
+    ) -> list[PartitionRoute]:
+        """The partitions of `topics` (default: `[topics]`), checked on both sides;
+        `source_counts`: their source partition counts if the caller just read them."""
+        target = self.cfg.need_target().cluster
+        topics = self.cfg.topics if topics is None else topics
         names = [r.source for r in topics]
-        if source_counts is None:
-            source_counts = self.call(
-                "source", lambda: self.pool.partition_counts(names, self.timeout)
+        with keep_clients():  # each cluster is asked several things in a row
+            if source_counts is None:
+                source_counts = self.call(
+                    "source", lambda: self.pool.partition_counts(names, self.timeout)
+                )
+            src_counts = {name: source_counts[name] for name in names if name in source_counts}
+            dst_counts = self.call(
+                "target",
+                lambda: admin.partition_counts(target, [r.target for r in topics], self.timeout),
             )
-        src_counts = {name: source_counts[name] for name in names if name in source_counts}
-        dst_counts = self.call(
-            "target",
-            lambda: admin.partition_counts(target, [r.target for r in topics], self.timeout),
-        )
-        routes = plan_routes(
+        return plan_routes(
             topics, src_counts, dst_counts, self.pool.describe_all(), describe(target)
         )
-        if on_routes is not None:
-            on_routes(routes)
-        tail = self.call("target", lambda: at_destination(target, routes, self.timeout))
-        routes = self.incarnations(tail.later(routes))
-        found = {
-            r.key: tail.delivered[r.key].next_offset
-            for r in routes
-            if r.key in tail.delivered and tail.delivered[r.key].incarnation == r.incarnation
-        }
-        self.call("source", lambda: self.pool.start([r.key for r in routes], found))
-        points, offsets = self.resume(routes, found, tail)
-        stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
+
+    def resumed(self, routes: list[PartitionRoute], stop_at_end: bool) -> Plan:
+        """Where each of `routes` resumes (from the destination's provenance tail) and stops."""
+        target = self.cfg.need_target().cluster
+        with keep_clients():
+            tail = self.call("target", lambda: at_destination(target, routes, self.timeout))
+            routes = self.incarnations(tail.later(routes))
+            found = {
+                r.key: tail.delivered[r.key].next_offset
+                for r in routes
+                if r.key in tail.delivered and tail.delivered[r.key].incarnation == r.incarnation
+            }
+            self.call("source", lambda: self.pool.start([r.key for r in routes], found))
+            points, offsets = self.resume(routes, found, tail)
+            stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
         nexts = {key: point.next_offset for key, point in points.items()}
         return Plan(routes, nexts, dict(offsets.end), stops)
 

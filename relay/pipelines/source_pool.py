@@ -267,7 +267,7 @@ class SourcePool:
 
     def start(self, keys: Sequence[SourcePartition], nexts: dict[SourcePartition, int]) -> None:
         """Pick the first active node (failover: one that holds everything relayed so far)."""
-        self.monitor.keys = list(keys)
+        self.watch(keys)
         if not self.failover:
             self._activate(self.active.name)
             self.monitor.start()
@@ -279,6 +279,10 @@ class SourcePool:
         self._activate(decision.node)
         log.info("active source node %s (of %d)", decision.node, len(self.nodes))
         self.monitor.start()
+
+    def watch(self, keys: Sequence[SourcePartition]) -> None:
+        """The partitions the health checks read the ends of, from their next check on."""
+        self.monitor.keys = list(keys)
 
     def boot_ends(self) -> dict[SourcePartition, int] | None:
         """--stop-at-end targets in failover mode: the most advanced healthy node's ends."""

@@ -7,7 +7,7 @@ import logging
 import threading
 from typing import Any
 
-from relay.config import Config
+from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.filters import FilterSpec
@@ -52,6 +52,11 @@ class FromSources(Pipeline):
         return {"source": self.pool.active, "group_id": self.cfg.app.group_id,
                 "filters": self.filters, "fetch": fetch,
                 "on_loss": self.cfg.source_pool.on_loss}  # fmt: skip
+
+    @property
+    def source_node(self) -> ClusterConfig:
+        """The source node records come from now."""
+        return self.pool.active
 
     def active_source(self) -> str:
         return self.pool.active.name

@@ -25,6 +25,7 @@ from relay.clients.kept import keep_clients
 from relay.config import load_config
 from relay.engine.metrics import Metrics
 from relay.pipelines.relay.group_sync import GroupSync
+from relay.pipelines.relay.relayed import Relayed
 from relay.spec import PartitionRoute
 from scripts.bench import report
 from scripts.bench.contenders import Bench, Ktm, servers, unique
@@ -98,8 +99,7 @@ def _syncer(
     routes = [PartitionRoute(source, p, dest, p) for p in range(partitions)]
     _, found = offset_bounds(cfg.sources[0], [r.key for r in routes], 30.0)
     progress = dict(found)
-    syncer = GroupSync(cfg, lambda: cfg.sources[0], lambda: routes, lambda: progress,
-                       lambda: True, Metrics())  # fmt: skip
+    syncer = GroupSync(cfg, Relayed.fixed(cfg.sources[0], routes, progress), Metrics())
     return syncer, {p: end for (_, p), end in found.items()}
 
 

@@ -17,7 +17,9 @@ from relay.engine.metrics import Metrics
 from relay.pipelines.relay import config_sync
 from relay.pipelines.relay.acl_sync import AclSync, copied_acls
 from relay.pipelines.relay.config_sync import config_changes
+from relay.pipelines.relay.relayed import Relayed
 from relay.pipelines.relay.topic_configs import ConfigCopy
+from relay.spec import PartitionRoute
 
 
 def acl(name: str, operation: str = "READ", principal: str = "User:alice", *,
@@ -197,8 +199,8 @@ def test_a_config_the_target_refuses_is_named_once_and_the_others_are_applied(
     monkeypatch.setattr(config_sync, "_described",
                         lambda cluster, topics, timeout: set_on[cluster.name])  # fmt: skip
     metrics = Metrics()
-    sync = config_sync.ConfigSync(cfg, lambda: cfg.sources[0], lambda: [("orders", "orders-copy")],
-                                  lambda: True, metrics)  # fmt: skip
+    copied = [PartitionRoute("orders", 0, "orders-copy", 0)]
+    sync = config_sync.ConfigSync(cfg, Relayed.fixed(cfg.sources[0], copied), metrics)
     sync.copy._known = frozenset()
     with caplog.at_level(logging.WARNING):
         sync.sync_once()
@@ -239,8 +241,8 @@ def test_an_acl_the_target_refuses_is_named_once_and_counted(
     monkeypatch.setattr(acls, "create_acls", create)
     monkeypatch.setattr(acls, "scram_users", lambda cluster, timeout: frozenset())
     metrics = Metrics()
-    sync = AclSync(cfg, lambda: cfg.sources[0], lambda: [("orders", "orders")], lambda: True,
-                   metrics)  # fmt: skip
+    copied = [PartitionRoute("orders", 0, "orders", 0)]
+    sync = AclSync(cfg, Relayed.fixed(cfg.sources[0], copied), metrics)
     with caplog.at_level(logging.WARNING):
         sync.sync_once()
         sync.sync_once()

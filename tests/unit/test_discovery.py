@@ -18,8 +18,8 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
-from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
+from relay.engine.pipeline import Progress
 from relay.pipelines.relay import driver
 from relay.pipelines.relay.driver import RelayPipeline
 from relay.pipelines.relay.topics import Found, Short
@@ -42,7 +42,7 @@ def pipeline(monkeypatch: pytest.MonkeyPatch, start: str) -> tuple[RelayPipeline
     )  # fmt: skip
     relay = RelayPipeline(cfg, stop_event=threading.Event(), metrics=Metrics(), filters=(),
                           failover=False)  # fmt: skip
-    relay.routes = [KNOWN]
+    relay.relayed.routes = [KNOWN]
     commits: list[Any] = []
     found = [GROWN, FRESH, COPIED]
     monkeypatch.setattr(relay.topics, "new_partitions", lambda known: Found(list(found), []))
@@ -88,8 +88,6 @@ def test_partitions_the_destination_lacks_halt_at_their_start_once(monkeypatch):
     """A relayed topic grown past a destination that cannot grow: the partitions it lacks halt
     (never remapped), are not looked for again, and the others are relayed."""
     relay, _ = pipeline(monkeypatch, "beginning")
-    metrics = Metrics()
-    relay.bind(Status(metrics, 60.0))
     lacking = PartitionRoute("orders", 2, "orders", 2)
     why = "[topics].orders: destination 'orders' has 2 partitions, fewer than the source's 3"
     asked: list[set[tuple[str, int]]] = []
@@ -101,12 +99,10 @@ def test_partitions_the_destination_lacks_halt_at_their_start_once(monkeypatch):
     monkeypatch.setattr(relay.topics, "new_partitions", new_partitions)
     monkeypatch.setattr(driver.admin, "offset_bounds", lambda *a: ({lacking.key: 3}, {}))
     relay._look_for_partitions()
-    relay._look_for_partitions()
-    assert relay.status is not None
-    (halt,) = relay.status.halts.all()
+    (halt,) = relay.tick(Progress({}, None))  # handed to the runner at its next tick, once
     assert (halt.route, halt.offset, halt.reason) == (lacking, 3, why)
+    relay._look_for_partitions()
+    assert relay.tick(Progress({}, None)) == []
     assert lacking.key in asked[1]  # not halted twice
     plan = relay.changes()
     assert plan is not None and lacking not in plan.routes and GROWN in plan.routes
-    labels = {"source_topic": "orders", "source_partition": "2"}
-    assert metrics.registry.get_sample_value("ktm_partitions_halted", labels) == 1

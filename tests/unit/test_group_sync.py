@@ -23,6 +23,7 @@ from relay.config import (
 from relay.engine.metrics import Metrics
 from relay.pipelines.relay import group_sync
 from relay.pipelines.relay.group_sync import GroupSync
+from relay.pipelines.relay.relayed import Relayed
 from relay.spec import PartitionRoute
 
 SOURCE, TARGET = ClusterConfig("src", ("s:1",)), ClusterConfig("target", ("t:1",))
@@ -102,8 +103,7 @@ def sync(monkeypatch: pytest.MonkeyPatch, fake: FakeAdmin, copies: dict, routes:
          progress: dict | None = None) -> list[Any]:  # fmt: skip
     monkeypatch.setattr(group_sync, "consumer_groups", fake)
     monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(copies))
-    syncer = GroupSync(config(), lambda: SOURCE, lambda: routes, lambda: progress or {},
-                       lambda: True, Metrics())  # fmt: skip
+    syncer = GroupSync(config(), Relayed.fixed(SOURCE, routes, progress), Metrics())
     return syncer.translate(commit=True)
 
 
@@ -201,7 +201,7 @@ def test_a_commit_refused_because_a_member_joined_leaves_the_group_alone(monkeyp
     config_h = config(include=("g", "h"))
     monkeypatch.setattr(group_sync, "consumer_groups", fake)
     monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(COPIES))
-    syncer = GroupSync(config_h, lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
+    syncer = GroupSync(config_h, Relayed.fixed(SOURCE, ROUTES), Metrics())
     g, h = syncer.translate(commit=True)
     assert "UnknownMemberIdError" in g.active and not g.complete
     assert fake.commits == [("h", {("d", 1): 2})] and h.complete
@@ -212,7 +212,7 @@ def test_the_active_line_is_said_once_while_the_group_stays_active(monkeypatch, 
                      listed={"g": ListedGroup("g", "consumer", "Stable")})  # fmt: skip
     monkeypatch.setattr(group_sync, "consumer_groups", fake)
     monkeypatch.setattr(group_sync, "Translator", lambda *a: FakeTranslator(COPIES))
-    syncer = GroupSync(config(), lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
+    syncer = GroupSync(config(), Relayed.fixed(SOURCE, ROUTES), Metrics())
     for _ in range(3):
         syncer._sync_once()
     lines = [r.getMessage() for r in caplog.records if "active on the target" in r.getMessage()]
@@ -245,7 +245,7 @@ def test_a_group_that_did_not_move_costs_no_search(monkeypatch):
     fake = FakeAdmin({"g": {("t", 0): 5, ("t", 1): 2}}, {}, {("t", 0): 10, ("t", 1): 5})
     monkeypatch.setattr(group_sync, "consumer_groups", fake)
     monkeypatch.setattr(group_sync, "Translator", lambda *a: translator)
-    syncer = GroupSync(config(), lambda: SOURCE, lambda: ROUTES, dict, lambda: True, Metrics())
+    syncer = GroupSync(config(), Relayed.fixed(SOURCE, ROUTES), Metrics())
     first = syncer.translate(commit=False)
     assert len(searches) == 2
     fake.on_source["g"][("t", 1)] = 3  # the group moved on t[1] only

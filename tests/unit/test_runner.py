@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -23,19 +23,23 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
+from relay.engine.driver.halts import Halt
 from relay.engine.driver.runner import Runner
+from relay.engine.driver.seams import WarmSpec
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Pipeline, Plan
-from relay.errors import RelayError
+from relay.engine.pipeline import Partitions, Pipeline, Plan, Progress
+from relay.errors import RelayError, StoppedWhileWaiting
 from relay.spec import (
     ChannelAddress,
     PartitionProgress,
     PartitionRoute,
-    PartitionWork,
     TaskError,
     TaskResult,
+    TaskSpec,
 )
 
+T = TypeVar("T")
+R = TypeVar("R")
 ROUTES = [PartitionRoute("t", p, "t2", p) for p in range(4)]
 KEYS = [r.key for r in ROUTES]
 
@@ -52,13 +56,6 @@ def config() -> Config:
         target=TargetConfig(cluster, max_retries=2, backoff_min=0.0, backoff_max=0.0),
         filters=(),
     )
-
-
-@dataclass(frozen=True)
-class Spec:
-    round_id: int
-    task_id: int
-    works: tuple[PartitionWork, ...]
 
 
 class FakeJob:
@@ -81,17 +78,20 @@ class FakeEngine:
     slots = 2
 
     def __init__(
-        self, respond: Callable[[list[Spec]], list[TaskResult]], job: type[FakeJob] = FakeJob
+        self, respond: Callable[[list[TaskSpec]], list[TaskResult]], job: type[FakeJob] = FakeJob
     ):
         self.respond, self.job = respond, job
-        self.rounds: list[list[Spec]] = []
+        self.rounds: list[list[TaskSpec]] = []
 
-    def submit(self, round_id: int, tasks: list[Spec], sides: object) -> FakeJob:
-        self.rounds.append(tasks)
-        return self.job(self.respond(tasks))
+    def submit(self, round_id: int, tasks: Sequence[TaskSpec], sides: object) -> FakeJob:
+        self.rounds.append(list(tasks))
+        return self.job(self.respond(list(tasks)))
 
     def refresh_slots(self) -> None:
         pass
+
+    def run_batch(self, tasks: Sequence[T], run: Callable[[T], R]) -> list[R]:
+        raise AssertionError("no sidecar in these tests")
 
 
 class FakeChannel:
@@ -105,18 +105,20 @@ class FakeChannel:
 
 
 class FakeBackend:
-    start_seconds, log_path, used, channel = 0.0, None, False, FakeChannel()
+    start_seconds, used = 0.0, False
+    log_path: str | None = None
+    channel: FakeChannel | None = FakeChannel()
 
     def __init__(self, engine: FakeEngine):
         self.engine = engine
-        self.warmed: list[Spec] = []
+        self.warmed: list[TaskSpec] = []
 
-    def begin(self, partitions: int, warm: Any = None) -> None:
+    def begin(self, partitions: int, warm: WarmSpec | None = None) -> None:
         if warm is not None:  # Spark is "up" at once
-            self.warmed.append(warm(self.channel.address, self.engine.slots)[0])
+            self.warmed.append(warm(FakeChannel.address, self.engine.slots)[0])
 
     def ready(self, partitions: int) -> tuple[FakeEngine, FakeChannel]:
-        return self.engine, self.channel
+        return self.engine, FakeChannel()
 
     def engine_slots(self) -> int:
         return self.engine.slots
@@ -145,20 +147,18 @@ class FakePipeline(Pipeline):
         found, self.found = self.found, None
         return found
 
-    def plan(self, stop_at_end: bool, on_routes: Any) -> Plan:
-        if on_routes is not None:
-            on_routes(list(ROUTES))
-        return Plan(list(ROUTES), dict.fromkeys(KEYS, 0), dict.fromkeys(KEYS, 100), self.stops)
+    def partitions(self) -> Partitions:
+        return Partitions(list(ROUTES))
+
+    def resume(self, routes: list[PartitionRoute], stop_at_end: bool) -> Plan:
+        return Plan(routes, dict.fromkeys(KEYS, 0), dict.fromkeys(KEYS, 100), self.stops)
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[tuple[str, int], int]:
         self.where_calls.append([r.key for r in routes])
         return {r.key: self.at_destination[r.key] for r in routes if r.key in self.at_destination}
 
-    def task(self, round_id: int, task_id: int, works: Any, channel: Any, rates: Any) -> Any:
-        return Spec(round_id, task_id, works)
-
-    def spec(self, **common: Any) -> Any:
-        raise AssertionError("the fake builds its specs in task()")
+    def spec(self, **common: Any) -> TaskSpec:
+        return TaskSpec(**common)
 
     def active_source(self) -> str:
         return "c"
@@ -178,18 +178,24 @@ class FakeMembership:
     def wait_assigned(self, stop: threading.Event) -> Assignment:
         return self._assignment
 
-    def rejoin(self, topics: Any, keys: list[tuple[str, int]]) -> None:
+    def rejoin(self, topics: Sequence[str], keys: list[tuple[str, int]]) -> None:
         self.rejoined = list(keys)
         self._assignment = Assignment(self._assignment.generation + 1, frozenset(keys), 2)
 
     def may_write(self) -> bool:
         return True
 
+    def leave(self) -> None:
+        pass
 
-def done(spec: Spec, *, error: TaskError | None = None, upto: int | None = None) -> TaskResult:
+    def close(self) -> None:
+        pass
+
+
+def done(spec: TaskSpec, *, error: TaskError | None = None, upto: int | None = None) -> TaskResult:
     """A task's result: every partition acknowledged up to `upto` (default: its stop)."""
     parts = []
-    for w in spec.works:
+    for w in spec.partitions:
         reached = w.stop if upto is None else upto
         assert reached is not None
         parts.append(
@@ -203,12 +209,12 @@ def done(spec: Spec, *, error: TaskError | None = None, upto: int | None = None)
     return TaskResult(spec.round_id, spec.task_id, 0, tuple(parts), error)
 
 
-def holds(spec: Spec, key: tuple[str, int]) -> bool:
-    return any(w.route.key == key for w in spec.works)
+def holds(spec: TaskSpec, key: tuple[str, int]) -> bool:
+    return any(w.route.key == key for w in spec.partitions)
 
 
 def runner(
-    respond: Callable[[list[Spec]], list[TaskResult]],
+    respond: Callable[[list[TaskSpec]], list[TaskResult]],
     pipeline: FakePipeline,
     owned: list[tuple[str, int]] = KEYS,
     job: type[FakeJob] = FakeJob,
@@ -216,8 +222,8 @@ def runner(
     engine = FakeEngine(respond, job)
     run = Runner(config(), pipeline, stop_at_end=pipeline.stops is not None,
                  stop_event=threading.Event(), metrics=Metrics(),
-                 backend=FakeBackend(engine))  # type: ignore[arg-type]  # fmt: skip
-    run.ownership.membership = FakeMembership(owned)  # type: ignore[assignment]
+                 backend=FakeBackend(engine))  # fmt: skip
+    run.ownership.membership = FakeMembership(owned)
     return run, engine
 
 
@@ -229,18 +235,18 @@ def test_a_stop_at_end_run_plans_groups_on_the_slots_and_ends_when_all_reached_t
     run.prepare(start_spark=True)
     summary = run.run()
     assert len(engine.rounds) == 1 and len(engine.rounds[0]) == 2  # 4 partitions, 2 slots
-    assert sorted(w.route.key for t in engine.rounds[0] for w in t.works) == KEYS
+    assert sorted(w.route.key for t in engine.rounds[0] for w in t.partitions) == KEYS
     assert summary.relayed == 400 and summary.next_offsets == STOPS
     # as soon as Spark was up the workers opened their clients, once, for the one topic
     warmed = run.backend.warmed
-    assert [[w.route.topic for w in spec.works] for spec in warmed] == [["t"]]
+    assert [[w.route.topic for w in spec.partitions] for spec in warmed] == [["t"]]
 
 
 def test_a_retriable_target_error_is_retried_from_where_the_destination_stands():
     pipeline = FakePipeline(STOPS, at_destination={("t", 0): 60})
     failure = TaskError("target", "KafkaTimeoutError: no ack", retriable=True, key=("t", 0))
 
-    def respond(tasks: list[Spec]) -> list[TaskResult]:
+    def respond(tasks: list[TaskSpec]) -> list[TaskResult]:
         first = tasks[0].round_id == 1
         return [done(t, error=failure, upto=50) if first and holds(t, ("t", 0)) else done(t)
                 for t in tasks]  # fmt: skip
@@ -249,7 +255,7 @@ def test_a_retriable_target_error_is_retried_from_where_the_destination_stands()
     run.prepare()
     run.run()
     assert len(engine.rounds) == 2
-    retried = {w.route.key: w.start for t in engine.rounds[1] for w in t.works}
+    retried = {w.route.key: w.start for t in engine.rounds[1] for w in t.partitions}
     assert retried[("t", 0)] == 60  # records landed without their ack: not written again
     assert run.metrics.registry.get_sample_value("ktm_errors_total", {"kind": "target"}) == 1
 
@@ -268,7 +274,7 @@ def test_tasks_that_lost_their_lease_are_no_failure_but_the_next_round_re_reads_
     pipeline = FakePipeline(STOPS, at_destination={("t", 2): 90})
     lost = TaskError("channel", "the driver's lease ran out", retriable=True)
 
-    def respond(tasks: list[Spec]) -> list[TaskResult]:
+    def respond(tasks: list[TaskSpec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             return [done(t, error=lost, upto=30) for t in tasks]
         return [done(t) for t in tasks]
@@ -279,7 +285,7 @@ def test_tasks_that_lost_their_lease_are_no_failure_but_the_next_round_re_reads_
     assert len(engine.rounds) == 2
     assert run.metrics.registry.get_sample_value("ktm_errors_total", {"kind": "channel"}) is None
     assert pipeline.where_calls[-1] == sorted(KEYS)  # re-read before round 2
-    starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.works}
+    starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.partitions}
     assert starts[("t", 2)] == 90 and starts[("t", 0)] == 30
 
 
@@ -288,7 +294,7 @@ def test_only_the_partitions_this_process_owns_are_planned():
     run, engine = runner(lambda tasks: [done(t) for t in tasks], FakePipeline(STOPS), owned)
     run.prepare()
     run.run()
-    planned = sorted(w.route.key for t in engine.rounds[0] for w in t.works)
+    planned = sorted(w.route.key for t in engine.rounds[0] for w in t.partitions)
     assert planned == owned
     assert run.status.snapshot().members == 2 and len(run.status.snapshot().owned) == 2
 
@@ -297,7 +303,7 @@ def test_partitions_found_while_running_join_the_next_round_and_the_group():
     new = PartitionRoute("u", 0, "u2", 0)
     pipeline = FakePipeline(None)
 
-    def respond(tasks: list[Spec]) -> list[TaskResult]:
+    def respond(tasks: list[TaskSpec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             pipeline.found = Plan([new], {new.key: 5}, {new.key: 10}, None)
         else:
@@ -308,9 +314,69 @@ def test_partitions_found_while_running_join_the_next_round_and_the_group():
     run.prepare()
     run.run()
     assert len(engine.rounds) == 2
-    starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.works}
+    starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.partitions}
     assert starts[new.key] == 5 and len(starts) == 5
     assert sorted(run.ownership.membership.rejoined) == sorted([*KEYS, new.key])
+
+
+@dataclass
+class WaitingPipeline(FakePipeline):
+    """Start-up waits for topic t's first segment for `waits` asks (restore --follow)."""
+
+    waits: int = 2
+    asked: int = 0
+    seen: list[dict[str, str]] = field(default_factory=list)  # the status, as each ask found it
+    status: Any = None
+
+    def partitions(self) -> Partitions:
+        self.asked += 1
+        if self.status is not None:
+            self.seen.append(dict(self.status.waiting_topics))
+        if self.asked <= self.waits:
+            return Partitions(None, {"t": "its first segment"}, 0.0)
+        return super().partitions()
+
+
+def test_start_up_asks_again_while_the_pipeline_waits_and_shows_what_for():
+    pipeline = WaitingPipeline(STOPS)
+    run, _ = runner(lambda tasks: [done(t) for t in tasks], pipeline)
+    pipeline.status = run.status
+    run.prepare()
+    assert pipeline.asked == 3
+    assert pipeline.seen == [{}, {"t": "its first segment"}, {"t": "its first segment"}]
+    assert run.status.waiting_topics == {} and run.run().relayed == 400
+
+
+def test_a_stop_while_start_up_waits_names_what_it_waited_for():
+    run, _ = runner(lambda tasks: [done(t) for t in tasks], WaitingPipeline(STOPS, waits=5))
+    run.stop_event.set()
+    with pytest.raises(StoppedWhileWaiting, match="stopped while waiting .t: its first segment"):
+        run.prepare()
+
+
+@dataclass
+class HaltingPipeline(FakePipeline):
+    """Finds, while running, a partition that must halt (the relay: one its destination
+    lacks), and gives it at a tick."""
+
+    lacking: PartitionRoute = PartitionRoute("u", 0, "u2", 0)
+    ticks: int = 0
+
+    def tick(self, progress: Progress) -> Sequence[Halt]:
+        self.ticks += 1
+        return [Halt(self.lacking, 3, "destination u2 lacks it")] if self.ticks == 1 else []
+
+
+def test_partitions_a_pipeline_halts_at_a_tick_halt_in_the_runner():
+    pipeline = HaltingPipeline(STOPS)
+    run, _ = runner(lambda tasks: [done(t) for t in tasks], pipeline, job=OnceSlowJob)
+    run.prepare()
+    run.run()
+    assert pipeline.ticks >= 1
+    (halt,) = run.status.halts.all()
+    assert (halt.route, halt.offset) == (pipeline.lacking, 3)
+    labels = {"source_topic": "u", "source_partition": "0"}
+    assert run.metrics.registry.get_sample_value("ktm_partitions_halted", labels) == 1
 
 
 def test_a_refused_record_halts_its_partition_and_the_others_reach_their_end():
@@ -319,7 +385,7 @@ def test_a_refused_record_halts_its_partition_and_the_others_reach_their_end():
     refused = TaskError("target", "destination t2[1] refuses record t[1] offset 40: ...",
                         retriable=False, key=("t", 1), halt_at=40)  # fmt: skip
 
-    def respond(tasks: list[Spec]) -> list[TaskResult]:
+    def respond(tasks: list[TaskSpec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:  # t[1]'s batch of 30-49 was refused: 30 acknowledged
             return [done(t, error=refused, upto=30) if holds(t, ("t", 1)) else done(t)
                     for t in tasks]  # fmt: skip
@@ -329,7 +395,7 @@ def test_a_refused_record_halts_its_partition_and_the_others_reach_their_end():
     run.prepare()
     summary = run.run()  # no error: the halt is reported, not raised
     assert len(engine.rounds) == 2
-    (again,) = [w for t in engine.rounds[1] for w in t.works if w.route.key == ("t", 1)]
+    (again,) = [w for t in engine.rounds[1] for w in t.partitions if w.route.key == ("t", 1)]
     assert (again.route.key, again.start, again.stop) == (("t", 1), 30, 40)
     assert summary.next_offsets[("t", 1)] == 40
     assert [(h["source_partition"], h["offset"]) for h in summary.halted] == [(1, 40)]
@@ -344,7 +410,7 @@ def test_without_stop_at_end_a_halted_partition_is_never_planned_again():
     refused = TaskError("target", "refused", retriable=False, key=("t", 0), halt_at=10)
     stop = threading.Event()
 
-    def respond(tasks: list[Spec]) -> list[TaskResult]:
+    def respond(tasks: list[TaskSpec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             return [done(t, error=refused, upto=10) if holds(t, ("t", 0)) else done(t, upto=50)
                     for t in tasks]  # fmt: skip
@@ -355,7 +421,7 @@ def test_without_stop_at_end_a_halted_partition_is_never_planned_again():
     run.stop_event = stop
     run.prepare()
     run.run()
-    planned = [sorted(w.route.key for t in r for w in t.works) for r in engine.rounds]
+    planned = [sorted(w.route.key for t in r for w in t.partitions) for r in engine.rounds]
     assert planned == [KEYS, [("t", 1), ("t", 2), ("t", 3)]]  # t[0] reached its halt at 10
     healthy, detail = run.status.health()
     assert not healthy and "partition(s) halted: t[0] at offset 10 (-> t2[0])" in detail["reason"]
@@ -425,12 +491,12 @@ def test_a_recreated_topic_followed_starts_over_at_its_log_start_as_its_next_inc
     pipeline = FollowingPipeline(None, found_when_asked=not found_first)
     stop = threading.Event()
 
-    def respond(tasks: list[Spec]) -> list[TaskResult]:
+    def respond(tasks: list[TaskSpec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             pipeline.recreation = found_first
             return [done(t, error=TRUNCATED_AT_50, upto=50) if holds(t, ("t", 0))
                     else done(t, upto=50) for t in tasks]  # fmt: skip
-        if any(w.route.incarnation for t in tasks for w in t.works):
+        if any(w.route.incarnation for t in tasks for w in t.partitions):
             stop.set()  # the round after following: the last one this test needs
         return [done(t, upto=5 if stop.is_set() else 50) for t in tasks]
 
@@ -440,7 +506,7 @@ def test_a_recreated_topic_followed_starts_over_at_its_log_start_as_its_next_inc
     summary = run.run()
     ((routes, owned),) = pipeline.followed
     assert sorted(r.key for r in routes) == KEYS and owned == frozenset(KEYS)
-    works = {w.route.key: w for t in engine.rounds[-1] for w in t.works}
+    works = {w.route.key: w for t in engine.rounds[-1] for w in t.partitions}
     assert sorted(works) == KEYS[:3]
     assert {(w.start, w.route.incarnation, w.route.origin[0]) for w in works.values()} == {
         (0, 1, "t~1")
@@ -460,7 +526,7 @@ def test_following_a_truncation_no_recreation_explains_is_counted_lost_after_the
     pipeline = FollowingPipeline(None)
     stop = threading.Event()
 
-    def respond(tasks: list[Spec]) -> list[TaskResult]:
+    def respond(tasks: list[TaskSpec]) -> list[TaskResult]:
         if tasks[0].round_id == 1:
             return [done(t, error=TRUNCATED_AT_50, upto=50) if holds(t, ("t", 0))
                     else done(t, upto=50) for t in tasks]  # fmt: skip

@@ -188,7 +188,8 @@ def test_resume_points_only_move_forward() -> None:
 
 def test_a_following_restore_waiting_for_segments_is_healthy_and_visible() -> None:
     status, clock, metrics = make_status()
-    status.waiting_topics = ("payments",)  # start-up still waits for this topic's first segment
+    # start-up still waits for this topic's first segment
+    status.waiting_topics = {"payments": "its first segment"}
     status.apply((1, 0, 0), [progress(0, 0, waiting=("empty", 4.0)), progress(1, 10)])
     ok, detail = status.health()
     assert ok
@@ -198,7 +199,7 @@ def test_a_following_restore_waiting_for_segments_is_healthy_and_visible() -> No
     assert "waiting_for_segments=1" in plain_line(status.snapshot())
 
     clock.now += 1.0  # the segment landed: the wait ends, its series reads 0
-    status.waiting_topics = ()
+    status.waiting_topics = {}
     status.apply((1, 0, 0), [progress(0, 5, produced=5)])
     assert "waiting" not in status.health()[1]
     assert metrics.registry.get_sample_value("ktm_restore_waiting_seconds", labels) == 0.0

@@ -9,22 +9,19 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 from relay.config import SparkConfig
 from relay.engine.channel import ControlServer, Report
-from relay.engine.executor.sides import Sides
+from relay.engine.driver.seams import WarmSpec
 from relay.engine.metrics import Metrics
 from relay.engine.spark import RoundJob, Spark, default_master, make_log_dir
-from relay.spec import ChannelAddress, TaskSpec
 
 log = logging.getLogger(__name__)
 
-# (channel address, slots) -> the spec of the clients the workers open first, and its sides
-WarmSpec = Callable[[ChannelAddress, int], tuple[TaskSpec, Callable[[Any], Sides]]]
-
 
 class SparkBackend:
+    """The runner's Backend (relay.engine.driver.seams) on Spark."""
+
     def __init__(
         self,
         spark: SparkConfig,

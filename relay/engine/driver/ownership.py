@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from relay.clients.members import Assignment
 from relay.config import ClusterConfig, Config
 from relay.engine.driver.membership import Membership
+from relay.engine.driver.seams import Members
 from relay.engine.metrics import Metrics
 from relay.spec import SourcePartition
 
@@ -28,10 +29,9 @@ class Ownership:
     def __init__(self, cfg: Config, kind: str, metrics: Metrics):
         self.group = f"{cfg.app.group_id}.{kind}"
         self.session_timeout, self.metrics = cfg.app.session_timeout, metrics
-        self.membership: Membership | None = None
+        self.membership: Members | None = None
         self.generation: int | None = None  # of the assignment the runner last took up
         self._round: tuple[int, int] | None = None  # (round id, the generation it was planned in)
-        self._joined: Membership | None = None  # the group this process joined (and leaves)
 
     def join(
         self,
@@ -39,16 +39,16 @@ class Ownership:
         topics: Sequence[str],
         keys: Sequence[SourcePartition],
         on_revoke: Callable[[], None],
-    ) -> Membership:
+    ) -> Members:
         """Join the group on `coordinator` once (later calls return the membership);
         `on_revoke` runs on the membership's thread before a rebalance goes on."""
         if self.membership is None:
-            self.membership = Membership(
+            membership = Membership(
                 coordinator, self.group, topics, list(keys), self.session_timeout, self.metrics
             )
-            self.membership.on_revoke = on_revoke
-            self.membership.start()
-            self._joined = self.membership
+            membership.on_revoke = on_revoke
+            membership.start()
+            self.membership = membership
         return self.membership
 
     def rejoin(self, topics: Sequence[str], keys: Sequence[SourcePartition]) -> None:
@@ -106,8 +106,8 @@ class Ownership:
             self.membership.leave()
 
     def close(self) -> None:
-        if self._joined is not None:
-            self._joined.close()
+        if self.membership is not None:
+            self.membership.close()
 
     @property
     def rebalances(self) -> int:

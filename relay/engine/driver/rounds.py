@@ -15,13 +15,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from relay.engine.channel import ControlServer, Report
+from relay.engine.channel import Report
 from relay.engine.driver.retry import RetriableRoundError
 from relay.engine.driver.rows import PartitionRow
+from relay.engine.driver.seams import Channel, Job
 from relay.engine.driver.status import Status
 from relay.engine.driver.task_plan import Load, TaskPlan, worth_replanning
 from relay.engine.metrics import Metrics
-from relay.engine.spark import RoundJob
 from relay.errors import RelayError
 from relay.spec import SourcePartition, TaskResult
 
@@ -37,7 +37,7 @@ START_GRACE = 30.0  # a task not started after this long has no slot (the cluste
 class Round:
     round_id: int
     tasks: TaskPlan
-    job: RoundJob
+    job: Job
     started: float = field(default_factory=time.monotonic)
     last_replan_check: float = field(default_factory=time.monotonic)
     replan_checked_finished: int = 0  # finished tasks already considered for a re-plan
@@ -102,7 +102,7 @@ class Round:
         rate = max(sum(row.rate for row in rows.values()) / max(len(live), 1), 1.0)
         return worth_replanning(live, loads, len(self.tasks), rate)
 
-    def ask_to_stop(self, reason: str, channel: ControlServer) -> None:
+    def ask_to_stop(self, reason: str, channel: Channel) -> None:
         if self.stop_reason is None:
             self.stop_reason, self.stop_asked_at = reason, time.monotonic()
             log.debug("round %d: asking tasks to stop (%s)", self.round_id, reason)

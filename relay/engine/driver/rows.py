@@ -6,6 +6,7 @@ Read-only views the driver's status (relay.engine.driver.status) hands out: the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from relay.engine.driver.halts import Halt
@@ -101,7 +102,7 @@ def health(
     idle_for: float,
     stuck_after: float,
     nodes: list[NodeView],
-    waiting_topics: tuple[str, ...] = (),
+    waiting_topics: Mapping[str, str] | None = None,
 ) -> tuple[bool, dict[str, object]]:
     """200 while progressing or idle at the end of the topics; 503 when stuck or blind."""
     detail: dict[str, object] = {
@@ -112,7 +113,7 @@ def health(
         "owned_partitions": len(snap.owned),
         "group_members": snap.members,
     }
-    waiting = {topic: WAIT_REASONS["empty"] for topic in waiting_topics}
+    waiting = dict(waiting_topics or {})
     for row in snap.owned:
         if row.waiting is not None:
             waiting[f"{row.route.topic}[{row.route.partition}]"] = WAIT_REASONS[row.waiting[0]]

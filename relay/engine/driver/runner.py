@@ -23,22 +23,21 @@ from typing import Any
 from relay.clients.kept import keep_clients
 from relay.clients.settings import is_retriable
 from relay.config import Config
-from relay.engine.channel import ControlServer, Report
+from relay.engine.channel import Report
 from relay.engine.driver.backend import SparkBackend
 from relay.engine.driver.limits import Shares
-from relay.engine.driver.membership import Membership
 from relay.engine.driver.ownership import Ownership
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
 from relay.engine.driver.rounds import TICK, Round, raise_for, settle
+from relay.engine.driver.seams import Backend, Channel, Engine, Members
 from relay.engine.driver.sidecar import Sidecar, Sidecars
 from relay.engine.driver.status import Status
 from relay.engine.driver.stops import Stops
 from relay.engine.driver.summary import RunSummary, summarize
 from relay.engine.driver.task_plan import Load, TaskPlan, plan_tasks, task_index
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Pipeline
-from relay.engine.spark import Spark
-from relay.errors import RelayError
+from relay.engine.pipeline import Pipeline, Progress
+from relay.errors import RelayError, StoppedWhileWaiting
 from relay.spec import (
     ChannelAddress,
     PartitionRoute,
@@ -66,7 +65,7 @@ class Runner:
         stop_event: threading.Event,
         metrics: Metrics,
         master: str | None = None,
-        backend: SparkBackend | None = None,
+        backend: Backend | None = None,
         sidecars: tuple[Sidecar, ...] = (),
     ):
         self.cfg, self.pipeline = cfg, pipeline
@@ -74,10 +73,9 @@ class Runner:
         self.stop_at_end, self.stop_event, self.metrics = stop_at_end, stop_event, metrics
         self.status = Status(metrics, cfg.app.stuck_after)
         self.ownership = Ownership(cfg, pipeline.kind, metrics)
-        pipeline.bind(self.status)
         # Leases last a quarter of the group session (relay.engine.driver.membership); renewed 4
         # times as often. (Tests pass a backend of their own: the driver's logic without Spark.)
-        self.backend = backend or SparkBackend(
+        self.backend: Backend = backend or SparkBackend(
             cfg.spark,
             master,
             metrics,
@@ -123,17 +121,31 @@ class Runner:
         """Check the clusters and topics, find every next offset. With `start_spark`, Spark
         starts and the group is joined in the background as soon as the partitions are known,
         while the destination tails and offsets are read."""
-        on_routes = self._begin if start_spark else None
         # The driver's thread asks each cluster things again and again (the plan, the tails
         # after every rebalance or failure, failover checks): its clients stay open until the
         # runner closes, instead of a bootstrap (3-4 round trips) per question.
         self._resources.enter_context(keep_clients())
-        plan = self.pipeline.plan(self.stop_at_end, on_routes)
+        routes = self._partitions()
+        if start_spark:
+            self._begin(routes)
+        plan = self.pipeline.resume(routes, self.stop_at_end)
         self.routes = plan.routes
         self.stops.offsets = dict(plan.stops or {})
-        self.status.active_node = self.pipeline.active_source()
+        self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
         self.status.start(plan.routes, plan.next_offsets, plan.ends, plan.stops)
         self.shares.own(len(plan.routes), len(plan.routes))  # all, until the group says else
+
+    def _partitions(self) -> list[PartitionRoute]:
+        """The pipeline's partitions; while it waits for some (restore --follow), the status
+        says what for and it is asked again."""
+        while True:
+            found = self.pipeline.partitions()
+            self.status.waiting_topics = dict(found.waiting)
+            if found.routes is not None:
+                return found.routes
+            if self.stop_event.wait(found.again_in):
+                waits = "; ".join(f"{topic}: {what}" for topic, what in found.waiting.items())
+                raise StoppedWhileWaiting(f"{self.pipeline.kind}: stopped while waiting ({waits})")
 
     def _begin(self, routes: list[PartitionRoute]) -> None:
         self.shares.own(len(routes), len(routes))  # all, until the group says else
@@ -145,7 +157,7 @@ class Runner:
         come while running, so the machine's cores (and a slot for each sidecar)."""
         return len(routes) + self.sidecars.slots if not self.cfg.discover.include else ALL_CORES
 
-    def _join(self, routes: list[PartitionRoute]) -> Membership:
+    def _join(self, routes: list[PartitionRoute]) -> Members:
         joined = self.ownership.membership is not None
         pipeline = self.pipeline
         keys = [r.key for r in routes]
@@ -172,7 +184,7 @@ class Runner:
                     if owned is not None and self.stop_at_end:
                         log.info("reached the end offsets seen at start-up")
                         break  # every partition this process owns reached its stop offset
-                    self.pipeline.tick()  # chores go on while standing by
+                    self._tick()  # chores go on while standing by
                     self.stops.look(self.routes)
                     self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
                     continue
@@ -253,7 +265,7 @@ class Runner:
         self._finish_round(current, results)
 
     def _submit_round(
-        self, todo: list[PartitionRoute], engine: Spark, channel: ControlServer
+        self, todo: list[PartitionRoute], engine: Engine, channel: Channel
     ) -> Round | None:
         with self._submit:
             if not self.ownership.holds():
@@ -355,7 +367,7 @@ class Runner:
             self.metrics.round_gap.inc(max(0.0, time.monotonic() - self._gap_from))
             self._gap_from = None
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
-        self.pipeline.tick()
+        self._tick()
         if self.stops.look(self.routes):
             current.ask_to_stop("recreated", channel)
         reason = self._end_reason(current)
@@ -363,6 +375,13 @@ class Runner:
             current.ask_to_stop(reason, channel)
         if current.overdue():
             current.cancel()
+
+    def _tick(self) -> None:
+        """The pipeline's chores, shown the run's progress; the partitions it found must halt
+        halt (the relay: partitions its destination lacks)."""
+        progress = Progress(self.status.next_offsets(), self.status.owned)
+        for halt in self.pipeline.tick(progress):
+            self.status.halts.add(halt.route, halt.offset, halt.reason)
 
     def _end_reason(self, current: Round) -> str | None:
         if self.stop_event.is_set():

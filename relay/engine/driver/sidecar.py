@@ -9,7 +9,7 @@ import logging
 import threading
 from typing import Protocol
 
-from relay.engine.spark import Spark
+from relay.engine.driver.seams import Engine
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ JOIN_TIMEOUT = 10.0
 class Sidecar(Protocol):
     slots: int  # task slots it keeps for itself
 
-    def run(self, engine: Spark, stop: threading.Event) -> None:
+    def run(self, engine: Engine, stop: threading.Event) -> None:
         """Until `stop` is set; errors it cannot go on after are logged, never raised."""
         ...
 
@@ -31,7 +31,7 @@ class Sidecars:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def start(self, engine: Spark) -> None:
+    def start(self, engine: Engine) -> None:
         """Once: each sidecar on its thread."""
         if self._threads or not self.sidecars:
             return
@@ -41,7 +41,7 @@ class Sidecars:
             thread.start()
             self._threads.append(thread)
 
-    def _run(self, sidecar: Sidecar, engine: Spark) -> None:
+    def _run(self, sidecar: Sidecar, engine: Engine) -> None:
         try:
             sidecar.run(engine, self._stop)
         except Exception:

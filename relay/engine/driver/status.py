@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from relay.engine.driver.fetch_trouble import FetchTroubles
@@ -57,8 +57,8 @@ class Status:
         self.stop_at_end = False
         self.owned: frozenset[SourcePartition] | None = None  # None: every partition is ours
         self.members = 1
-        # restore --follow, before its partitions are known: topics waiting for a first segment
-        self.waiting_topics: tuple[str, ...] = ()
+        # before the partitions are known (restore --follow): topic -> what it waits for
+        self.waiting_topics: Mapping[str, str] = {}
         self.fetches = FetchTroubles(metrics, clock)
         self.halts = Halts(metrics)
         self._losses = LossCounter()

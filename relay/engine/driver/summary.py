@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from relay.engine.driver.backend import SparkBackend
+from relay.engine.driver.seams import Backend
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
 from relay.spec import SourcePartition
@@ -33,7 +33,7 @@ class RunSummary:
 def summarize(
     s: RunSummary,
     status: Status,
-    backend: SparkBackend,
+    backend: Backend,
     rebalances: int,
     stopped_by_signal: bool,
     begun: float,

@@ -13,12 +13,13 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from relay.clients import admin, consumer_groups
 from relay.config import Config
-from relay.engine.pipeline import Plan
+from relay.engine.driver.halts import Halt
+from relay.engine.pipeline import Partitions, Plan, Progress
 from relay.errors import KafkaSetupError
 from relay.pipelines.backup.executor import BackupSides
 from relay.pipelines.backup.spec import BackupTask
@@ -42,33 +43,32 @@ class BackupPipeline(FromSources):
         self.coordinator = cfg.sources[0]
         self.group_topics: Sequence[str] = sorted({r.source for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
+        self._source_counts: dict[str, int] = {}  # read by `partitions`
         self._snapshot_at = 0.0
 
-    def plan(
-        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
-    ) -> Plan:
+    def partitions(self) -> Partitions:
         self.calls.call("store", self.store.check, self.store.describe())
         names = [r.source for r in self.cfg.topics]
-        counts = self.calls.call("source", lambda: self._counts(names))
+        self._source_counts = self.calls.call("source", lambda: self._counts(names))
         self.routes = [
             PartitionRoute(t.source, p, t.source, p)
             for t in self.cfg.topics
-            for p in range(self._count(counts, t.source))
+            for p in range(self._count(self._source_counts, t.source))
         ]
-        if on_routes is not None:
-            on_routes(self.routes)
-        self.calls.call("store", lambda: self._describe_topics(counts), self.store.describe())
-        stored = self.calls.call("store", lambda: self.where(self.routes), self.store.describe())
-        self.calls.call("source", lambda: self.pool.start([r.key for r in self.routes], stored))
+        return Partitions(self.routes)
+
+    def resume(self, routes: list[PartitionRoute], stop_at_end: bool) -> Plan:
+        where = self.store.describe()
+        self.calls.call("store", lambda: self._describe_topics(self._source_counts), where)
+        stored = self.calls.call("store", lambda: self.where(routes), where)
+        self.calls.call("source", lambda: self.pool.start([r.key for r in routes], stored))
         source = self.pool.active
-        offsets = self.calls.call(
-            "source", lambda: source_offsets(source, self.routes, self.timeout)
-        )
+        offsets = self.calls.call("source", lambda: source_offsets(source, routes, self.timeout))
         nexts = {}
-        for route in self.routes:
+        for route in routes:
             nexts[route.key] = self._resume(route.key, stored.get(route.key), offsets)
         stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
-        return Plan(self.routes, nexts, dict(offsets.end), stops)
+        return Plan(routes, nexts, dict(offsets.end), stops)
 
     def _describe_topics(self, counts: dict[str, int]) -> None:
         """Tell a restore following this store every partition, before each has a segment."""
@@ -151,18 +151,13 @@ class BackupPipeline(FromSources):
                 found[route.key] = Delivered(last[0].offset + 1, last[0])
         return found
 
-    def has_changes(self) -> bool:
-        return False
-
-    def changes(self) -> Plan | None:
-        return None
-
-    def tick(self) -> None:
+    def tick(self, progress: Progress) -> tuple[Halt, ...]:
         """Snapshot the committed offsets of `[store].groups` every max_segment_age."""
         now = time.monotonic()
         if self.store_cfg.groups and now - self._snapshot_at >= self.store_cfg.max_segment_age:
             self._snapshot_at = now
             self.snapshot_groups()
+        return ()
 
     def snapshot_groups(self) -> None:
         keys = [r.key for r in self.routes]

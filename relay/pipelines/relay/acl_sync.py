@@ -28,7 +28,7 @@ The rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from relay.clients import acls
@@ -36,6 +36,7 @@ from relay.clients.acls import TopicAcl
 from relay.clients.admin import Unsupported
 from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics
+from relay.pipelines.relay.relayed import Relayed
 from relay.selection import matches
 
 log = logging.getLogger(__name__)
@@ -94,29 +95,27 @@ class AclSync:
     def __init__(
         self,
         cfg: Config,
-        source: Callable[[], ClusterConfig],
-        routes: Callable[[], Iterable[Route]],
-        may_sync: Callable[[], bool],
+        relayed: Relayed,
         metrics: Metrics,
     ):
         self.cfg, self.metrics = cfg, metrics
         self.target = cfg.need_target().cluster
         self.timeout = cfg.need_target().request_timeout
-        self._source, self._routes, self._may_sync = source, routes, may_sync
+        self.relayed = relayed
         self._said: set[str] = set()  # log lines written once
         self._refused: set[TopicAcl] = set()  # not asked for again while this process runs
         self._scram = True  # False once a cluster did not say its SCRAM users: not asked again
 
     def plan(self) -> AclPlan:
         """The ACLs the target lacks, read from both clusters now."""
-        source = self._source()
+        source = self.relayed.source
         cfg = self.cfg.acls
         try:
             on_source = acls.topic_acls(source, self.timeout)
             have = set(acls.topic_acls(self.target, self.timeout))
         except (acls.AclsUnavailable, Unsupported) as exc:
             return AclPlan((), 0, (), unavailable=str(exc))
-        wanted = copied_acls(on_source, self._routes(), self.cfg.discover.rename,
+        wanted = copied_acls(on_source, self.relayed.topic_pairs(), self.cfg.discover.rename,
                              cfg.principals, cfg.exclude)  # fmt: skip
         create = tuple((acl, copy) for copy, acl in sorted(wanted.items()) if copy not in have)
         principals = {copy.principal for copy in wanted}
@@ -138,7 +137,7 @@ class AclSync:
 
     def sync_once(self) -> None:
         """One sync (the chore's work); ACLs the target refuses are named once each."""
-        if not self._may_sync():
+        if not self.relayed.may_sync():
             return
         plan = self.plan()
         if plan.unavailable:

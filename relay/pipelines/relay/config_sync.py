@@ -19,12 +19,13 @@ topic are applied. Brokers that describe no topic configs
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 
 from relay.clients import admin
 from relay.clients.topic_alter import alter_topic_configs
 from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics
+from relay.pipelines.relay.relayed import Relayed
 from relay.pipelines.relay.topic_configs import ConfigCopy
 from relay.selection import matches
 
@@ -59,15 +60,13 @@ class ConfigSync:
     def __init__(
         self,
         cfg: Config,
-        source: Callable[[], ClusterConfig],
-        routes: Callable[[], Iterable[tuple[str, str]]],
-        may_sync: Callable[[], bool],
+        relayed: Relayed,
         metrics: Metrics,
     ):
         target = cfg.need_target()
         self.target, self.timeout, self.metrics = target.cluster, target.request_timeout, metrics
         self.copy = ConfigCopy(target, self.timeout)
-        self._source, self._routes, self._may_sync = source, routes, may_sync
+        self.relayed = relayed
         # (destination, key, value) the target refused: not asked again until the source's
         # value changes (or ktm restarts)
         self._refused: set[tuple[str, str, str | None]] = set()
@@ -75,16 +74,16 @@ class ConfigSync:
     def plan(self) -> Changes:
         """The changes each destination needs now, read from both clusters."""
         pairs: dict[str, str] = {}
-        for src, dest in sorted(set(self._routes())):
+        for src, dest in sorted(set(self.relayed.topic_pairs())):
             pairs.setdefault(dest, src)  # the first source of a destination, as at creation
         if not pairs:
             return {}
-        on_source = _described(self._source(), set(pairs.values()), self.timeout)
+        on_source = _described(self.relayed.source, set(pairs.values()), self.timeout)
         on_target = _described(self.target, set(pairs), self.timeout)
         return config_changes(self.copy, pairs, on_source, on_target)
 
     def sync_once(self) -> None:
-        if not self._may_sync():
+        if not self.relayed.may_sync():
             return
         changes = {
             dest: kept

@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from relay.clients import admin, consumer_groups
 from relay.config import Config
-from relay.engine.driver.status import Status
+from relay.engine.driver.halts import Halt
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Plan
+from relay.engine.pipeline import Partitions, Plan, Progress
 from relay.pipelines.relay.acl_sync import AclPlan, AclSync
 from relay.pipelines.relay.chores import Periodic
 from relay.pipelines.relay.config_sync import Changes, ConfigSync
 from relay.pipelines.relay.executor import RelaySides
 from relay.pipelines.relay.group_sync import GroupResult, GroupSync
+from relay.pipelines.relay.relayed import Relayed
 from relay.pipelines.relay.spec import RelayTask
 from relay.pipelines.relay.topics import Short, TopicPlan, Topics
 from relay.pipelines.sources import FromSources
@@ -58,21 +59,17 @@ class RelayPipeline(FromSources):
         super().__init__(cfg, metrics=metrics, **kwargs)
         self.coordinator = cfg.need_target().cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
-        self.routes: list[PartitionRoute] = []
+        self.relayed = Relayed(self.pool)  # what the chores read of the running relay
         self.target = cfg.need_target()  # with batch_size fitted to the destination at plan
         self.rules: Rules = ()  # what the destination topics refuse for good, read at plan
         self.retention: Mapping[str, int | None] = {}  # their retention.ms, read at plan
         self.metrics, self.dry_run = metrics, dry_run
-        self.status: Status | None = None  # the runner's (Pipeline.bind)
         self.topics = Topics(cfg, lambda: self.pool.active, self.calls.call, metrics,
                              self.timeout, self.pool.topic_counts)  # fmt: skip
         self.topic_plan: TopicPlan | None = None
-        self.groups = GroupSync(cfg, lambda: self.pool.active, lambda: self.routes,
-                                self._progress, self._may_sync, metrics)  # fmt: skip
-        self.acls = AclSync(cfg, lambda: self.pool.active, self._topic_pairs, self._may_sync,
-                            metrics)  # fmt: skip
-        self.configs = ConfigSync(cfg, lambda: self.pool.active, self._topic_pairs,
-                                  self._may_sync, metrics)  # fmt: skip
+        self.groups = GroupSync(cfg, self.relayed, metrics)
+        self.acls = AclSync(cfg, self.relayed, metrics)
+        self.configs = ConfigSync(cfg, self.relayed, metrics)
         self._chores: list[Periodic] = []  # started by the first tick
         if cfg.acls.sync:
             self._chores.append(Periodic("ACL sync", cfg.acls.interval, self.acls.sync_once))
@@ -81,6 +78,7 @@ class RelayPipeline(FromSources):
                                          self.configs.sync_once))  # fmt: skip
         self._found_plan: Plan | None = None  # partitions found, not yet handed over
         self._short: set[SourcePartition] = set()  # found, but the destination lacks them
+        self._halts: list[Halt] = []  # of those: not yet handed to the runner (`tick`)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._discovery = threading.Thread(target=self._discover, name="ktm-discovery",
@@ -89,36 +87,30 @@ class RelayPipeline(FromSources):
         self.follows_recreated = cfg.source_pool.on_recreate == "follow"
         self.at_risk: list[AtRisk] = []  # destination topics whose retention deletes copies
 
-    def bind(self, status: Status) -> None:
-        self.status = status  # the group sync reads the acknowledged offsets
+    @property
+    def routes(self) -> list[PartitionRoute]:
+        return self.relayed.routes
 
-    def plan(
-        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
-    ) -> Plan:
+    def partitions(self) -> Partitions:
+        """The partitions of the topics (`[discover]` patterns resolved, destinations created
+        or grown as configured), and the target fitted to the destination topics before Spark
+        starts: the workers' warm-up opens its producer."""
         self.topic_plan = self.topics.resolve(dry_run=self.dry_run)
+        self.relayed.held = self.topic_plan.held
         topics = self.topic_plan.routes
         self.group_topics = sorted({r.target for r in topics})
-        source_counts = self.topic_plan.source_counts
-        plan = self.planner.plan(stop_at_end, self._fitted(on_routes), topics, source_counts)
+        routes = self.planner.routes(topics, self.topic_plan.source_counts)
+        fitted = fit(self.cfg, {r.target_topic for r in routes}, self.timeout)
+        self.target, self.rules, self.retention = fitted
+        return Partitions(routes)
+
+    def resume(self, routes: list[PartitionRoute], stop_at_end: bool) -> Plan:
+        plan = self.planner.resumed(routes, stop_at_end)
         # copies the destination will delete
         self.at_risk = self.planner.retention_risk(plan, self.retention)
-        self.routes = plan.routes
+        self.relayed.routes = plan.routes
         self._follow = not stop_at_end and not self.dry_run
         return plan
-
-    def _fitted(
-        self, on_routes: Callable[[list[PartitionRoute]], None] | None
-    ) -> Callable[[list[PartitionRoute]], None]:
-        """The target fitted to the destination topics as soon as the partitions are known,
-        before `on_routes` starts Spark: the workers' warm-up opens its producer."""
-
-        def known(routes: list[PartitionRoute]) -> None:
-            fitted = fit(self.cfg, {r.target_topic for r in routes}, self.timeout)
-            self.target, self.rules, self.retention = fitted
-            if on_routes is not None:
-                on_routes(routes)
-
-        return known
 
     def where(self, routes: Sequence[PartitionRoute]) -> dict[SourcePartition, int]:
         """The destination's provenance tail, or the group's committed offset when that is
@@ -174,16 +166,21 @@ class RelayPipeline(FromSources):
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         return delivered(self.cfg.need_target().cluster, self.routes, self.timeout)
 
-    def tick(self) -> None:
-        """The first tick starts the background chores: they need a running relay."""
+    def tick(self, progress: Progress) -> list[Halt]:
+        """The first tick starts the background chores: they need a running relay. Gives the
+        new partitions the destination lacks (they halt)."""
+        self.relayed.progress = progress
+        with self._lock:
+            halts, self._halts = self._halts, []
         if self._stopping.is_set():
-            return
+            return halts
         if self._follow and self._discovery.ident is None:
             self._discovery.start()
         if self.cfg.groups.include:
             self.groups.start()
         for chore in self._chores:
             chore.start()
+        return halts
 
     def has_changes(self) -> bool:
         return self._found_plan is not None
@@ -194,9 +191,9 @@ class RelayPipeline(FromSources):
             plan, self._found_plan = self._found_plan, None
             if plan is None:
                 return None
-            self.routes = self.routes + plan.routes
+            self.relayed.routes = self.routes + plan.routes
             self.group_topics = sorted({r.target_topic for r in self.routes})
-        self.pool.monitor.keys = [r.key for r in self.routes]
+        self.pool.watch([r.key for r in self.routes])
         return plan
 
     def follow(self, routes: list[PartitionRoute], owned: frozenset[SourcePartition]) -> Plan:
@@ -224,7 +221,7 @@ class RelayPipeline(FromSources):
             )
         followed = {r.key: r for r in new}
         with self._lock:
-            self.routes = [followed.get(r.key, r) for r in self.routes]
+            self.relayed.routes = [followed.get(r.key, r) for r in self.routes]
         named = ", ".join(sorted({f"{r.topic} (incarnation {r.incarnation})" for r in new}))
         log.info("following %d partition(s) of recreated %s from their log start", len(new), named)
         return Plan(new, nexts, dict(offsets.end), None)
@@ -310,10 +307,10 @@ class RelayPipeline(FromSources):
             lambda: admin.offset_bounds(self.pool.active, [s.route.key for s in short],
                                         self.timeout),
         )  # fmt: skip
-        for one in short:
-            self._short.add(one.route.key)
-            if self.status is not None:
-                self.status.halts.add(one.route, begin[one.route.key], one.reason)
+        with self._lock:
+            for one in short:
+                self._short.add(one.route.key)
+                self._halts.append(Halt(one.route, begin[one.route.key], one.reason))
 
     def _remember_start(
         self, found: list[PartitionRoute], nexts: dict[SourcePartition, int], topics: set[str]
@@ -329,19 +326,3 @@ class RelayPipeline(FromSources):
                 "source",
                 lambda: consumer_groups.commit_group(self.pool.active, group, fresh, self.timeout),
             )
-
-    def _topic_pairs(self) -> list[tuple[str, str]]:
-        """(source topic, destination topic) of what is relayed, and (dry run) of what would
-        be once its destination is created."""
-        held = self.topic_plan.held if self.topic_plan is not None else ()
-        pairs = {(r.topic, r.target_topic) for r in self.routes}
-        return sorted(pairs | {(r.source, r.target) for r in held})
-
-    def _progress(self) -> dict[SourcePartition, int]:
-        return self.status.next_offsets() if self.status is not None else {}
-
-    def _may_sync(self) -> bool:
-        """One process of the group syncs: the one that owns the first partition (none while
-        it has no assignment yet)."""
-        owned = self.status.owned if self.status is not None else None
-        return owned is not None and bool(self.routes) and min(r.key for r in self.routes) in owned

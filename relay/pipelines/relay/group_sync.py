@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ from relay.clients.kept import keep_clients
 from relay.config import ClusterConfig, Config
 from relay.engine.metrics import Metrics, per_topic
 from relay.pipelines.relay.chores import Periodic
+from relay.pipelines.relay.relayed import Relayed
 from relay.provenance.translation import TP, Ask, Translator
 from relay.selection import carried_groups
 from relay.spec import PartitionRoute, SourcePartition
@@ -78,17 +78,13 @@ class GroupSync:
     def __init__(
         self,
         cfg: Config,
-        source: Callable[[], ClusterConfig],
-        routes: Callable[[], Sequence[PartitionRoute]],
-        progress: Callable[[], Mapping[SourcePartition, int]],
-        may_sync: Callable[[], bool],
+        relayed: Relayed,
         metrics: Metrics,
     ):
         self.cfg, self.metrics = cfg, metrics
         self.target = cfg.need_target().cluster
         self.timeout = cfg.need_target().request_timeout
-        self._source, self._routes, self._progress = source, routes, progress
-        self._may_sync = may_sync
+        self.relayed = relayed
         self._last: dict[str, GroupResult] = {}  # each group's last complete sync
         # (destination, source partition, committed offset) -> its first copy, found before
         self._copies: dict[tuple[TP, SourcePartition, int], int] = {}
@@ -111,8 +107,8 @@ class GroupSync:
 
     def translate(self, commit: bool) -> list[GroupResult]:
         """One sync: every carried group's translation, committed on the target if `commit`."""
-        cfg, source = self.cfg, self._source()
-        routes = list(self._routes())
+        cfg, source = self.cfg, self.relayed.source
+        routes = list(self.relayed.routes)
         found = consumer_groups.listed_groups(source, self.timeout)
         with_offsets = [g for g, listed in found.items() if listed.type not in NO_OFFSETS]
         groups = carried_groups(
@@ -186,7 +182,7 @@ class GroupSync:
         committed = consumer_groups.committed_offsets(
             source, group, keys, self.timeout, incarnations
         )
-        mine = self._progress()
+        mine = self.relayed.progress.next_offsets
         return {k: max(mine.get(k, -1), committed.get(k) or -1) for k in keys}
 
     def _translated(
@@ -246,7 +242,7 @@ class GroupSync:
         self._publish_ages()
 
     def _sync_once(self) -> None:
-        if not self._may_sync():
+        if not self.relayed.may_sync():
             return
         try:
             with keep_clients():  # one admin client for every group's reads and commits

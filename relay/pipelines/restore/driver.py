@@ -10,17 +10,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from relay.clients import admin, topic_create
 from relay.clients.settings import describe
 from relay.config import Config
-from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Pipeline, Plan
-from relay.errors import KafkaSetupError, StoppedWhileWaiting
+from relay.engine.pipeline import Partitions, Pipeline, Plan
+from relay.errors import KafkaSetupError
 from relay.pipelines.calls import Calls
 from relay.pipelines.restore.executor import RestoreSides
 from relay.pipelines.restore.retention import stored_at_risk
@@ -62,14 +61,13 @@ class RestorePipeline(Pipeline):
         self.coordinator = self.target.cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.routes: list[PartitionRoute] = []
-        self.status: Status | None = None
+        self._said_waiting: set[str] = set()  # topics whose wait was logged
 
-    def bind(self, status: Status) -> None:
-        self.status = status  # shows what start-up waits for (--follow)
-
-    def plan(
-        self, stop_at_end: bool, on_routes: Callable[[list[PartitionRoute]], None] | None
-    ) -> Plan:
+    def partitions(self) -> Partitions:
+        """The partitions of the stored topics; with --follow, start-up waits (asked again)
+        while a topic has no segment yet and nothing else says its partitions: its
+        destination's partition count stands in when the destination exists (each partition
+        then waits for its first segment)."""
         where = self.store.describe()
         self.calls.call("store", lambda: self.store.check(write=False), where)
         target = self.target.cluster
@@ -77,32 +75,40 @@ class RestorePipeline(Pipeline):
         counts = self.calls.call(
             "target", lambda: admin.partition_counts(target, names, self.timeout)
         )
-        stored = self._wait_for_counts(counts, where)
+        stored = self.calls.call("store", self._stored_counts, where)
+        pending = self._pending(stored, counts) if self.options.follow else []
+        if pending:
+            for topic in sorted(set(pending) - self._said_waiting):
+                log.info("restore: waiting for the first segment of topic %s in %s", topic, where)
+            self._said_waiting.update(pending)
+            waiting = dict.fromkeys(sorted(pending), "its first segment")
+            return Partitions(None, waiting, self.store_cfg.follow_interval)
         if self.options.create_topics:
             counts = self._create_missing(stored, counts)
         self.routes = plan_routes(self.cfg.topics, stored, counts, where, describe(target))
         fitted = fit(self.cfg, {r.target_topic for r in self.routes}, self.timeout)
         self.target, self.rules, self.retention = fitted
-        if on_routes is not None:
-            on_routes(self.routes)
-        at_destination = self.calls.call("target", lambda: self.where(self.routes))
-        ranges = self.calls.call("store", lambda: self._ranges(self.routes), where)
+        return Partitions(self.routes)
+
+    def resume(self, routes: list[PartitionRoute], stop_at_end: bool) -> Plan:
+        where = self.store.describe()
+        at_destination = self.calls.call("target", lambda: self.where(routes))
+        ranges = self.calls.call("store", lambda: self._ranges(routes), where)
         nexts, ends = {}, {}
-        for route in self.routes:
+        for route in routes:
             # Following a partition with no segment yet: it starts where its first one will.
             empty = FROM_FIRST_SEGMENT if self.options.follow else 0
             first, ends[route.key] = ranges.get(route.key, (empty, empty))
             nexts[route.key] = max(first, at_destination.get(route.key, first))
             log.info(
                 "restore topic=%s partition=%s next_offset=%s store end=%s",
-                route.topic,
-                route.partition,
+                *route.key,
                 nexts[route.key],
                 ends[route.key],
             )
         stops = dict(ends) if stop_at_end else None
         self._warn_retention(nexts)
-        return Plan(self.routes, nexts, _known(ends), stops)
+        return Plan(routes, nexts, _known(ends), stops)
 
     def _warn_retention(self, nexts: dict[SourcePartition, int]) -> None:
         """One warning per destination topic whose retention would delete records this restore
@@ -119,35 +125,16 @@ class RestorePipeline(Pipeline):
         for risk in risks:
             log.warning("%s", risk.line())
 
-    def _wait_for_counts(self, counts: dict[str, int], where: str) -> dict[str, int]:
-        """Each topic's partition count from the store. With --follow, a topic with no
-        segment yet is a state to wait in: its destination's partition count stands in when
-        the destination exists (each partition waits for its first segment); otherwise (the
-        topic is to be created, or mapped to one fixed partition) start-up waits here."""
-        logged: set[str] = set()
-        while True:
-            stored = self.calls.call("store", self._stored_counts, where)
-            if not self.options.follow:
-                return stored
-            pending = []
-            for route in self.cfg.topics:
-                if route.partition is None and route.target in counts:
-                    stored[route.source] = max(stored.get(route.source, 0), counts[route.target])
-                elif route.source not in stored:
-                    pending.append(route.source)
-            if not pending:
-                self._show_waiting(())
-                return stored
-            for topic in sorted(set(pending) - logged):
-                log.info("restore: waiting for the first segment of topic %s in %s", topic, where)
-            logged.update(pending)
-            self._show_waiting(tuple(sorted(pending)))
-            if self.calls.stop.wait(self.store_cfg.follow_interval):
-                raise StoppedWhileWaiting("restore: stopped before the first segment landed")
-
-    def _show_waiting(self, topics: tuple[str, ...]) -> None:
-        if self.status is not None:
-            self.status.waiting_topics = topics
+    def _pending(self, stored: dict[str, int], counts: dict[str, int]) -> list[str]:
+        """--follow: the topics with no segment yet whose destination cannot stand in (to be
+        created, or mapped to one fixed partition); `stored` gets the others' counts."""
+        pending = []
+        for route in self.cfg.topics:
+            if route.partition is None and route.target in counts:
+                stored[route.source] = max(stored.get(route.source, 0), counts[route.target])
+            elif route.source not in stored:
+                pending.append(route.source)
+        return pending
 
     def _stored_counts(self) -> dict[str, int]:
         """Each [topics] key's partition count in the store (SegmentStore.partition_count);

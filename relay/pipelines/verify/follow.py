@@ -18,9 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from relay.engine.batch import run_on
+from relay.engine.driver.seams import Batches, Engine
 from relay.engine.metrics import Metrics, MetricsServer
 from relay.errors import KtmError
 from relay.pipelines.verify import report
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from relay.engine.spark import Spark
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Follower:
@@ -46,7 +51,7 @@ class Follower:
         copy = pipeline.plan.kind
         metrics.verify_age.labels(copy).set_function(lambda: self.age)
 
-    def one_pass(self, engine: Spark | _Slots) -> None:
+    def one_pass(self, engine: Batches) -> None:
         run_on(self.pipeline, engine)  # type: ignore[arg-type]
         self._last_pass = time.monotonic()
         self.passes += 1
@@ -93,10 +98,10 @@ class Follower:
 class _Slots:
     """An engine as a sidecar sees it: its own slots only."""
 
-    def __init__(self, engine: Spark, slots: int):
+    def __init__(self, engine: Engine, slots: int):
         self.engine, self.slots = engine, slots
 
-    def run_batch(self, tasks: Any, run: Any) -> Any:
+    def run_batch(self, tasks: Sequence[T], run: Callable[[T], R]) -> list[R]:
         return self.engine.run_batch(tasks, run)
 
 
@@ -110,7 +115,7 @@ class FollowSidecar:
         self.cfg, self.kind, self.metrics, self.failover = cfg, kind, metrics, failover
         self.follower: Follower | None = None
 
-    def run(self, engine: Spark, stop: threading.Event) -> None:
+    def run(self, engine: Engine, stop: threading.Event) -> None:
         from relay.pipelines.verify.plan import plan_verify
 
         while self.follower is None and not stop.is_set():

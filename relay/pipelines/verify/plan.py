@@ -83,8 +83,10 @@ def _relay(cfg: Config, failover: bool, selection: Selection | None, scope: Scop
     try:
         # a relay's start-up lines
         with _quiet("relay.provenance.resume", "relay.pipelines.source_plan"):
-            routes = relay.plan(False, None).routes
-        source = relay.pool.active
+            found = relay.partitions().routes
+            assert found is not None  # a relay never waits for its partitions
+            routes = relay.resume(found, False).routes
+        source = relay.source_node
     finally:
         relay.close()
     target = cfg.need_target().cluster
