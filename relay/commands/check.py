@@ -4,13 +4,21 @@ move nothing and join no group."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from relay.commands.common import Options, load, members_line
-from relay.config import Config
+from relay.config import ClusterConfig, Config
 from relay.errors import ConfigError
+
+if TYPE_CHECKING:  # the pipelines are imported only when a check runs: --help stays quick
+    from relay.engine.driver.rows import PartitionRow
+    from relay.pipelines.relay.acl_sync import AclPlan
+    from relay.pipelines.relay.config_sync import Changes
+    from relay.pipelines.relay.group_sync import GroupResult
+    from relay.pipelines.relay.topics import TopicPlan
 
 
 def check(opts: Options) -> int:
@@ -66,7 +74,7 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
     return failed
 
 
-def _fetch_report(cfg: Config, node: Any, rows: Any) -> bool:
+def _fetch_report(cfg: Config, node: ClusterConfig, rows: Sequence[PartitionRow]) -> bool:
     """One fetch of every partition from the source node, timed as a task would see it: a
     long link or a broker slow with many partitions shows here, not as a silent relay."""
     from relay.clients.admin import probe
@@ -102,8 +110,10 @@ def _fetch_report(cfg: Config, node: Any, rows: Any) -> bool:
     return True
 
 
-def _topics_report(cfg: Config, plan: Any) -> None:
+def _topics_report(cfg: Config, plan: TopicPlan | None) -> None:
     """What [discover] matches today, and the destinations ktm would create or grow."""
+    if plan is None:
+        return
     if cfg.discover.include:
         found = [r for r in (*plan.routes, *plan.held) if r.discovered]
         names = ", ".join(f"{r.source} -> {r.target}" for r in found) or "no topic"
@@ -119,7 +129,7 @@ def _topics_report(cfg: Config, plan: Any) -> None:
         click.echo(f"  would grow {dest} from {has} to {wanted} partitions")
 
 
-def _groups_report(cfg: Config, groups: list[Any]) -> None:
+def _groups_report(cfg: Config, groups: list[GroupResult]) -> None:
     """The groups [groups] carries, with each translated offset and whether the target has it."""
     if not cfg.groups.include:
         return
@@ -141,7 +151,7 @@ def _groups_report(cfg: Config, groups: list[Any]) -> None:
             click.echo(f"    {sources} -> {dest}@{part.offset} ({state}; end {part.end})")
 
 
-def _acls_report(plan: Any) -> None:
+def _acls_report(plan: AclPlan | None) -> None:
     """The topic ACLs [acls] would create on the target now."""
     if plan is None:
         return
@@ -156,7 +166,7 @@ def _acls_report(plan: Any) -> None:
         click.echo(f"  {principal} is a SCRAM user on the source, not on the target")
 
 
-def _configs_report(changes: Any) -> None:
+def _configs_report(changes: Changes | None) -> None:
     """The config changes [target].config_sync would make now."""
     if changes is None:
         return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from relay.config import ClusterConfig
 from relay.engine.driver.halts import Halt
@@ -29,6 +29,17 @@ if TYPE_CHECKING:
     from relay.engine.executor.sides import Sides
 
 REPORT_INTERVAL = 0.5  # seconds between a task's progress reports to the driver
+
+
+class CommonFields(TypedDict):
+    """The fields every task spec shares (relay.spec.TaskSpec), as `Pipeline.spec` gets them."""
+
+    round_id: int
+    task_id: int
+    partitions: tuple[PartitionWork, ...]
+    channel: ChannelAddress
+    report_interval: float
+    rates: Rates
 
 
 @dataclass(frozen=True)
@@ -122,7 +133,7 @@ class Pipeline(abc.ABC):
         return self.task(0, 0, works, channel, rates)
 
     @abc.abstractmethod
-    def spec(self, **common: Any) -> TaskSpec:
+    def spec(self, **common: Unpack[CommonFields]) -> TaskSpec:
         """The pipeline's task spec from the fields every spec shares (relay.spec.TaskSpec:
         round and task id, partitions, channel, report interval, rates) and its own."""
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TypedDict
 
-from relay.config import ClusterConfig, Config
+from relay.config import ClusterConfig, Config, FetchConfig
+from relay.engine.driver.rows import NodeView
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline
 from relay.filters import FilterSpec
@@ -19,6 +20,16 @@ from relay.provenance.resume import Delivered, check_continuity
 from relay.spec import Rates, SourcePartition
 
 log = logging.getLogger(__name__)
+
+
+class SourceFields(TypedDict):
+    """What the specs of relay and backup tasks say of the source (`FromSources.source_fields`)."""
+
+    source: ClusterConfig
+    group_id: str
+    filters: tuple[FilterSpec, ...]
+    fetch: FetchConfig
+    on_loss: str
 
 
 class FromSources(Pipeline):
@@ -45,13 +56,17 @@ class FromSources(Pipeline):
         """The last record already copied of each partition (where a new node must agree)."""
         raise NotImplementedError
 
-    def source_fields(self, rates: Rates) -> dict[str, Any]:
+    def source_fields(self, rates: Rates) -> SourceFields:
         """What the specs of relay and backup tasks say of the source: the active node, the
         source group, the filters and the fetch settings within the task's share of [limits]."""
         fetch = self.cfg.source_pool.fetch.within(rates.records_per_second, rates.bytes_per_second)
-        return {"source": self.pool.active, "group_id": self.cfg.app.group_id,
-                "filters": self.filters, "fetch": fetch,
-                "on_loss": self.cfg.source_pool.on_loss}  # fmt: skip
+        return SourceFields(
+            source=self.pool.active,
+            group_id=self.cfg.app.group_id,
+            filters=self.filters,
+            fetch=fetch,
+            on_loss=self.cfg.source_pool.on_loss,
+        )
 
     @property
     def source_node(self) -> ClusterConfig:
@@ -92,7 +107,7 @@ class FromSources(Pipeline):
         except ConnectionError:
             return True  # the active node is down and none can serve: end, then retry
 
-    def views(self) -> list[Any]:
+    def views(self) -> list[NodeView]:
         return self.pool.views()
 
     def close(self) -> None:

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 from relay.batches import SourceBatch
 from relay.clients import admin, tails
@@ -49,12 +49,25 @@ class ContinuityError(RelayError):
     """A new source node does not line up with what was relayed: nothing is skipped silently."""
 
 
+class Fingerprint(Protocol):
+    """What tells a record from another across identical nodes (`same_record`)."""
+
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Delivered:
     """The last record the destination holds from one source partition."""
 
     next_offset: int  # the source offset after it
-    record: Any  # the destination's copy (key, value, timestamp compared on failover)
+    record: Fingerprint  # the destination's copy (key, value, timestamp compared on failover)
     # Its batch is LogAppendTime (a destination topic with message.timestamp.type=
     # LogAppendTime): its timestamp is the broker's append time, not the source's.
     broker_time: bool = False
@@ -318,7 +331,7 @@ REASONS = {
 }
 
 
-def same_record(copy: Any, source: Any, broker_time: bool = False) -> bool:
+def same_record(copy: Fingerprint, source: Fingerprint, broker_time: bool = False) -> bool:
     """Continuity fingerprint: a relayed record and a source record are the same record.
 
     Key, value and CreateTime travel unchanged, so they identify the record across identical
@@ -333,7 +346,9 @@ def same_record(copy: Any, source: Any, broker_time: bool = False) -> bool:
     return broker_time or copy.timestamp == source.timestamp
 
 
-def without_provenance(headers: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+def without_provenance(
+    headers: Iterable[tuple[str, bytes | None]],
+) -> list[tuple[str, bytes | None]]:
     """A copy's headers less the `ktm.src` header this hop appended after the record's own
     (an earlier hop's, before it, stays: the source record has it too)."""
     found = list(headers)

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any
 
 from relay.batches import SourceBatch
 from relay.batches.records import record_offsets
@@ -196,7 +195,7 @@ def search(low: int, high: int, offset: int, next_copies: Callable[[int, int], l
     first batch at or after `lower` that holds any, in order. Records of other sources may lie
     between the copies (`dest:N`), so a half without copies says nothing of the other."""
 
-    def probe(lower: int, upper: int) -> Generator[Any, Any, list[Pair]]:
+    def probe(lower: int, upper: int) -> Generator[Window, list[SourceBatch], list[Pair]]:
         return next_copies(lower, upper)
         yield  # a generator that asks for nothing: the callback answers at once
 
@@ -213,8 +212,8 @@ def _search(
     low: int,
     high: int,
     offset: int,
-    next_copies: Callable[[int, int], Generator[Any, Any, list[Pair]]],
-) -> Generator[Any, Any, tuple[Pair | None, bool]]:
+    next_copies: Callable[[int, int], Generator[Window, list[SourceBatch], list[Pair]]],
+) -> Generator[Window, list[SourceBatch], tuple[Pair | None, bool]]:
     """The first named copy of `offset` or later (None: none), and whether the copy before it
     was found in the same batch (nothing can lie between them)."""
     best: Pair | None = None  # the first copy known to hold `offset` or later

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import pytest
 
@@ -27,7 +27,7 @@ from relay.engine.driver.halts import Halt
 from relay.engine.driver.runner import Runner
 from relay.engine.driver.seams import WarmSpec
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Partitions, Pipeline, Plan, Progress
+from relay.engine.pipeline import CommonFields, Partitions, Pipeline, Plan, Progress
 from relay.errors import RelayError, StoppedWhileWaiting
 from relay.spec import (
     ChannelAddress,
@@ -157,7 +157,7 @@ class FakePipeline(Pipeline):
         self.where_calls.append([r.key for r in routes])
         return {r.key: self.at_destination[r.key] for r in routes if r.key in self.at_destination}
 
-    def spec(self, **common: Any) -> TaskSpec:
+    def spec(self, **common: Unpack[CommonFields]) -> TaskSpec:
         return TaskSpec(**common)
 
     def active_source(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from relay.batches.records import Decoded
 from relay.config import (
     AppConfig,
     ClusterConfig,
@@ -94,7 +95,8 @@ def test_committed_offsets_read_before_the_end_never_pass_it(monkeypatch) -> Non
         startup_module.consumer_groups, "committed_offsets", cluster.committed_offsets
     )
     monkeypatch.setattr(startup_module, "source_offsets", cluster.source_offsets)
-    tail = AtDestination({KEY: Delivered(900, None)}, frozenset(), {}, {})
+    copy = Decoded(899, 0, None, b"v", [])  # the destination's copy of offset 899
+    tail = AtDestination({KEY: Delivered(900, copy)}, frozenset(), {}, {})
     monkeypatch.setattr(startup_module, "at_destination", lambda *a, **k: tail)
     plan = planner().plan(stop_at_end=False)
 

@@ -8,7 +8,8 @@ read under it (relay.engine.driver.status).
 from __future__ import annotations
 
 import logging
-from typing import Any
+
+from prometheus_client import Counter, Gauge
 
 from relay.engine.driver.rows import WAIT_REASONS, PartitionRow
 from relay.engine.metrics import ALL_PARTITIONS, Metrics, partition_label, per_topic
@@ -20,8 +21,8 @@ log = logging.getLogger(__name__)
 class Gauges:
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
-        self._counters: dict[SourcePartition, tuple[Any, Any, Any]] = {}
-        self._gauges: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._counters: dict[SourcePartition, tuple[Counter, Counter, Counter]] = {}
+        self._gauges: dict[tuple[str, str], tuple[Gauge, Gauge]] = {}
         self._waited: set[tuple[tuple[str, str], str]] = set()
 
     def count(
@@ -48,7 +49,7 @@ class Gauges:
             m.filter_errors.labels(filter_id, route.topic).inc(count)
         return produced, filtered
 
-    def counters(self, route: PartitionRoute) -> tuple[Any, Any, Any]:
+    def counters(self, route: PartitionRoute) -> tuple[Counter, Counter, Counter]:
         """A partition's consumed, produced and bytes counters."""
         found = self._counters.get(route.key)
         if found is None:
@@ -73,10 +74,10 @@ class Gauges:
         for row in rows:
             labels = (row.route.topic, str(row.route.partition))
             if self.metrics.per_partition:
-                next_offset, lag = self._gauge(labels)
+                next_offset, lag_gauge = self._gauge(labels)
                 next_offset.set(row.next_offset)
                 if row.lag is not None:
-                    lag.set(row.lag)
+                    lag_gauge.set(row.lag)
             self._publish_waiting(row, labels)
         if not self.metrics.per_partition:
             for (topic, partition), lag in per_topic(lags).items():
@@ -96,7 +97,7 @@ class Gauges:
                 except KeyError:
                     pass  # never published
 
-    def _gauge(self, labels: tuple[str, str]) -> tuple[Any, Any]:
+    def _gauge(self, labels: tuple[str, str]) -> tuple[Gauge, Gauge]:
         found = self._gauges.get(labels)
         if found is None:
             found = (self.metrics.next_offset.labels(*labels), self.metrics.lag.labels(*labels))

@@ -2,7 +2,7 @@
 
 It never moves records itself. Spark starts on a background thread while the clusters are
 checked, and the process joins its group (relay.engine.driver.membership) meanwhile. Each round
-is one Spark job with at most one task per slot, each task serving a group of the partitions this
+is one Spark job with at most one task per slot, each task serving some of the partitions this
 process owns, until the driver stops it; between rounds the driver re-plans from the offsets the
 tasks reported as acknowledged. What differs between relay, backup and restore is behind
 relay.engine.pipeline.
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from relay.clients.kept import keep_clients
 from relay.clients.settings import is_retriable
@@ -31,21 +31,22 @@ from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_f
 from relay.engine.driver.rounds import TICK, Round, raise_for, settle
 from relay.engine.driver.seams import Backend, Channel, Engine, Members
 from relay.engine.driver.sidecar import Sidecar, Sidecars
+from relay.engine.driver.standing import Standing
 from relay.engine.driver.status import Status
-from relay.engine.driver.stops import Stops
 from relay.engine.driver.summary import RunSummary, summarize
-from relay.engine.driver.task_plan import Load, TaskPlan, plan_tasks, task_index
+from relay.engine.driver.task_plan import Load, TaskPlan, TaskPlanner
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline, Progress
 from relay.errors import RelayError, StoppedWhileWaiting
 from relay.spec import (
     ChannelAddress,
     PartitionRoute,
-    PartitionWork,
-    SourcePartition,
     TaskResult,
     TaskSpec,
 )
+
+if TYPE_CHECKING:
+    from relay.engine.executor.sides import Sides
 
 log = logging.getLogger(__name__)
 
@@ -73,35 +74,41 @@ class Runner:
         self.stop_at_end, self.stop_event, self.metrics = stop_at_end, stop_event, metrics
         self.status = Status(metrics, cfg.app.stuck_after)
         self.ownership = Ownership(cfg, pipeline.kind, metrics)
-        # Leases last a quarter of the group session (relay.engine.driver.membership); renewed 4
-        # times as often. (Tests pass a backend of their own: the driver's logic without Spark.)
-        self.backend: Backend = backend or SparkBackend(
-            cfg.spark,
-            master,
-            metrics,
-            self.ownership.lease_for,
-            self._report,
-            renew_every=cfg.app.session_timeout / 16,
-            stopping=stop_event,
-        )
-        self.routes: list[PartitionRoute] = []
+        self.backend = backend or self._spark(master)
         self.summary = RunSummary()
         self._begun = time.monotonic()
         self._round: Round | None = None
         self._round_id = 0
-        self._tasks: dict[SourcePartition, int] = {}
+        self.tasks = TaskPlanner()
         self._source_trouble = False
         self.shares = Shares(cfg.limits, metrics)  # this process's share of [limits]
+        self.standing = Standing(
+            pipeline, self.status, self.ownership, self.shares, metrics, stop_at_end
+        )
+        self.stops = self.standing.stops
         self._unsure = False  # tasks lost their lease: where their partitions stand is unknown
         self._gap_from: float | None = None
-        self.stops = Stops(pipeline, self.status, metrics)
         self._submit = threading.Lock()  # planning + submitting a round vs. a rebalance
         self._closed = False
-        self._resources = ExitStack()
+        self._resources = ExitStack()  # closed in the reverse order:
         self._resources.callback(self.ownership.close)  # last: left while Spark stops
         self._resources.callback(self.pipeline.close)
         self._resources.callback(self.backend.stop)
         self._resources.callback(self.sidecars.stop)  # before Spark stops
+
+    def _spark(self, master: str | None) -> Backend:
+        """Spark as the backend (tests pass one of their own: the driver's logic alone). Leases
+        last a quarter of the group session (relay.engine.driver.membership), renewed 4 times
+        as often."""
+        return SparkBackend(
+            self.cfg.spark,
+            master,
+            self.metrics,
+            self.ownership.lease_for,
+            self._report,
+            renew_every=self.cfg.app.session_timeout / 16,
+            stopping=self.stop_event,
+        )
 
     def __enter__(self) -> Runner:
         return self
@@ -114,6 +121,10 @@ class Runner:
     @property
     def log_path(self) -> str | None:
         return self.backend.log_path
+
+    @property
+    def routes(self) -> list[PartitionRoute]:
+        return self.standing.routes
 
     # ---- set-up -------------------------------------------------------------------------
 
@@ -128,12 +139,7 @@ class Runner:
         routes = self._partitions()
         if start_spark:
             self._begin(routes)
-        plan = self.pipeline.resume(routes, self.stop_at_end)
-        self.routes = plan.routes
-        self.stops.offsets = dict(plan.stops or {})
-        self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
-        self.status.start(plan.routes, plan.next_offsets, plan.ends, plan.stops)
-        self.shares.own(len(plan.routes), len(plan.routes))  # all, until the group says else
+        self.standing.start(self.pipeline.resume(routes, self.stop_at_end))
 
     def _partitions(self) -> list[PartitionRoute]:
         """The pipeline's partitions; while it waits for some (restore --follow), the status
@@ -172,14 +178,15 @@ class Runner:
 
     def run(self) -> RunSummary:
         try:
-            if self._pending():
+            if self.standing.pending():
                 membership = self._join(self.routes)
                 membership.wait_assigned(self.stop_event)
             while not self.stop_event.is_set():
-                self._follow()
+                if self.standing.follow():
+                    self.stop_event.wait(TICK)  # the source did not answer: tried next turn
                 self._take_changes()
-                owned = self._owned()
-                todo = [r for r in self._pending() if owned is not None and r.key in owned]
+                owned = self.standing.owned()
+                todo = [r for r in self.standing.pending() if owned is not None and r.key in owned]
                 if not todo:
                     if owned is not None and self.stop_at_end:
                         log.info("reached the end offsets seen at start-up")
@@ -201,7 +208,7 @@ class Runner:
 
     def _warm_spec(
         self, routes: list[PartitionRoute], channel: ChannelAddress, slots: int
-    ) -> tuple[TaskSpec, Callable[[Any], Any]]:
+    ) -> tuple[TaskSpec, Callable[..., Sides]]:
         """What each slot's worker opens as soon as Spark is up, while the plan goes on and the
         group forms (Pipeline.warm_task)."""
         rates = self.shares.of_task(min(slots, len(routes)))
@@ -212,38 +219,13 @@ class Runner:
             self._closed = True
             self._resources.close()
 
-    def _pending(self) -> list[PartitionRoute]:
-        """The partitions with records left to relay (a halted one: those before its halt)."""
-        done = self.status.next_offsets()
-        following = self.stops.waiting()
-        routes = [r for r in self.routes if r.key not in following]
-        if not self.stop_at_end:
-            halted = self.status.halts.offsets()
-            return [r for r in routes if done[r.key] < halted.get(r.key, done[r.key] + 1)]
-        return [r for r in routes if done[r.key] < self.stops.offsets[r.key]]
-
-    def _owned(self) -> frozenset[SourcePartition] | None:
-        """The partitions this process may relay now (None while the group rebalances); a new
-        generation first learns where its partitions really stand."""
-        assignment, new = self.ownership.current(frozenset(r.key for r in self.routes))
-        if assignment is None:
-            return None
-        if new:
-            owned = [r for r in self.routes if r.key in assignment.keys]
-            self.pipeline.adopt(owned)
-            self._resync(owned, "taken over")
-            self.ownership.take_up(assignment)
-            self.status.set_owned(assignment.keys, assignment.members)
-            self.shares.own(len(assignment.keys), len(self.routes))
-        return assignment.keys
-
     def _round_once(self, todo: list[PartitionRoute], attempt: int) -> None:
         if self.stop_event.is_set():
             return
         if attempt > 1 or self._unsure:
-            self._resync(todo, "delivered without ack")
+            self.standing.resync(todo, "delivered without ack")
             self._unsure = False
-        self._fail_over_if_needed(todo)
+        self.standing.fail_over(todo, self._source_trouble)
         engine, channel = self.backend.ready(self._slots_for(self.routes))
         self.sidecars.start(engine)
         current = self._submit_round(todo, engine, channel)
@@ -277,32 +259,14 @@ class Runner:
             share = self.shares.of_task(len(plan))
             self._round_id += 1
             round_id = self._round_id
-            nexts = self.status.next_offsets()
-            by_key = {r.key: r for r in self.routes}
             tasks = [
-                self.pipeline.task(
-                    round_id,
-                    index,
-                    self._works(keys, nexts, by_key),
-                    channel.address,
-                    share,
-                )
-                for index, keys in enumerate(plan)
+                self.pipeline.task(round_id, index, works, channel.address, share)
+                for index, works in enumerate(map(self.standing.works, plan))
             ]
             self.ownership.begin_round(round_id)
             self._round = Round(round_id, plan, engine.submit(round_id, tasks, self.pipeline.sides))
             self.backend.used = True
         return self._round
-
-    def _works(
-        self,
-        keys: tuple[SourcePartition, ...],
-        nexts: dict[SourcePartition, int],
-        by_key: dict[SourcePartition, PartitionRoute],
-    ) -> tuple[PartitionWork, ...]:
-        return tuple(
-            PartitionWork(by_key[key], nexts[key], self.stops.offsets.get(key)) for key in keys
-        )
 
     def _finish_round(self, current: Round, results: list[TaskResult]) -> None:
         self._gap_from = current.stop_asked_at or time.monotonic()
@@ -314,20 +278,11 @@ class Runner:
         if failures:
             raise_for(failures, self.metrics)
 
-    def _follow(self) -> None:
-        """Between rounds: recreated topics followed (relay.engine.driver.stops)."""
-        routes = self.stops.follow(self.routes, self._owned, self.stop_at_end)
-        if routes is not None:
-            self.routes = routes
-        elif self.stops.waiting():
-            self.stop_event.wait(TICK)  # the source did not answer: tried again next turn
-
     def _plan(self, todo: list[PartitionRoute], slots: int) -> TaskPlan:
         rows = self.status.rows()
-        loads = [Load(r.key, rows[r.key].lag or 0, rows[r.key].rate) for r in todo]
-        plan = plan_tasks(loads, slots, self._tasks)
-        self._tasks = task_index(plan)
-        return plan
+        return self.tasks.plan(
+            [Load(r.key, rows[r.key].lag or 0, rows[r.key].rate) for r in todo], slots
+        )
 
     # ---- while a round runs (main thread, channel thread, membership thread) ------------
 
@@ -401,7 +356,7 @@ class Runner:
         return None
 
     def _should_replan(self, current: Round) -> bool:
-        pending = {r.key for r in self._pending()}
+        pending = {r.key for r in self.standing.pending()}
         return current.replan_pays(self.status.rows(), pending, self.cfg.spark.rebalance_interval)
 
     # ---- between rounds ---------------------------------------------------------------------
@@ -414,39 +369,11 @@ class Runner:
         plan = self.pipeline.changes()
         if plan is None:
             return
-        self.routes = self.routes + plan.routes
-        self.status.start(plan.routes, plan.next_offsets, plan.ends, None)
+        self.standing.add(plan)
         if self.ownership.membership is not None:
             self.ownership.rejoin(self.pipeline.group_topics, [r.key for r in self.routes])
         else:  # nothing to relay until now: join for the first time
             self._join(self.routes)
-
-    def _resync(self, routes: list[PartitionRoute], why: str) -> None:
-        """Learn where partitions really stand (records may have landed without their ack
-        reaching us, or another process relayed them) and move their next offsets forward."""
-        if not routes:
-            return
-        moved = 0
-        # a failed round's unacknowledged runs that landed were relayed by this process; a
-        # takeover's partitions may have been written by another one
-        ours = why != "taken over"
-        for key, next_offset in sorted(self.pipeline.where(routes).items()):
-            if self.status.advance(key, next_offset, ours):
-                moved += 1
-                log.debug(
-                    "resync topic=%s partition=%s next_offset=%s (%s)", *key, next_offset, why
-                )
-        if moved:  # one line: a failover of thousands of partitions would print thousands
-            log.info("resync (%s): %d of %d partition(s) moved forward", why, moved, len(routes))
-
-    def _fail_over_if_needed(self, todo: list[PartitionRoute]) -> None:
-        try:
-            switched = self.pipeline.fail_over(self.status.next_offsets(), self._source_trouble)
-        except ConnectionError as exc:
-            raise RetriableRoundError(str(exc), "source") from exc
-        if switched:
-            self._resync(todo, "failover")
-        self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
 
     def _summarize(self) -> None:
         summarize(self.summary, self.status, self.backend, self.ownership.rebalances,

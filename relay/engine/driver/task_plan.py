@@ -1,7 +1,7 @@
 """The task plan: which partitions each task of a round serves.
 
-A round runs at most one task per task slot, and a task serves a task of partitions with one
-consumer and one producer. TaskPlan are balanced by expected work (backlog, plus what the partition
+A round runs at most one task per task slot, and a task serves its partitions with one
+consumer and one producer. Tasks are balanced by expected work (backlog, plus what the partition
 receives while the round runs), sticky (a partition stays in the task it was in when that costs
 little balance), and complete: every pending partition is in some task, so none starves.
 """
@@ -65,6 +65,18 @@ def plan_tasks(
 
 def task_index(tasks: TaskPlan) -> dict[SourcePartition, int]:
     return {key: index for index, task in enumerate(tasks) for key in task}
+
+
+class TaskPlanner:
+    """Plans each round's tasks sticky to the round before's."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[SourcePartition, int] = {}  # the last plan's task of each partition
+
+    def plan(self, loads: Sequence[Load], slots: int) -> TaskPlan:
+        plan = plan_tasks(loads, slots, self._tasks)
+        self._tasks = task_index(plan)
+        return plan
 
 
 def busiest(tasks: TaskPlan, loads: Mapping[SourcePartition, Load]) -> float:

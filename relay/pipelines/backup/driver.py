@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Unpack
 
 from relay.clients import admin, consumer_groups
 from relay.config import Config
 from relay.engine.driver.halts import Halt
-from relay.engine.pipeline import Partitions, Plan, Progress
+from relay.engine.metrics import Metrics
+from relay.engine.pipeline import CommonFields, Partitions, Plan, Progress
 from relay.errors import KafkaSetupError
+from relay.filters import FilterSpec
 from relay.pipelines.backup.executor import BackupSides
 from relay.pipelines.backup.spec import BackupTask
 from relay.pipelines.sources import FromSources
@@ -36,8 +39,18 @@ class BackupPipeline(FromSources):
     kind = "backup"
     sides = BackupSides
 
-    def __init__(self, cfg: Config, **kwargs: Any):
-        super().__init__(cfg, **kwargs)
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        filters: tuple[FilterSpec, ...],
+        failover: bool,
+    ):
+        super().__init__(
+            cfg, stop_event=stop_event, metrics=metrics, filters=filters, failover=failover
+        )
         self.store_cfg = cfg.need_store()
         self.store = store_of(self.store_cfg)
         self.coordinator = cfg.sources[0]
@@ -134,7 +147,7 @@ class BackupPipeline(FromSources):
                     "removed %d leftover file(s) of %s[%s]", removed, route.topic, route.partition
                 )
 
-    def spec(self, **common: Any) -> BackupTask:
+    def spec(self, **common: Unpack[CommonFields]) -> BackupTask:
         return BackupTask(**common, **self.source_fields(common["rates"]), store=self.store_cfg)
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:

@@ -10,7 +10,7 @@ from relay.spec import TaskSpec
 
 @dataclass(frozen=True, kw_only=True)
 class BackupTask(TaskSpec):
-    """A group of source partitions to back up into the store (the relay's reading side)."""
+    """A task's source partitions to back up into the store (the relay's reading side)."""
 
     source: ClusterConfig
     store: StoreConfig

@@ -14,13 +14,14 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Unpack
 
 from relay.clients import admin, consumer_groups
 from relay.config import Config
 from relay.engine.driver.halts import Halt
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Partitions, Plan, Progress
+from relay.engine.pipeline import CommonFields, Partitions, Plan, Progress
+from relay.filters import FilterSpec
 from relay.pipelines.relay.acl_sync import AclPlan, AclSync
 from relay.pipelines.relay.chores import Periodic
 from relay.pipelines.relay.config_sync import Changes, ConfigSync
@@ -55,8 +56,19 @@ class RelayPipeline(FromSources):
     kind = "relay"
     sides = RelaySides
 
-    def __init__(self, cfg: Config, *, metrics: Metrics, dry_run: bool = False, **kwargs: Any):
-        super().__init__(cfg, metrics=metrics, **kwargs)
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stop_event: threading.Event,
+        metrics: Metrics,
+        filters: tuple[FilterSpec, ...],
+        failover: bool,
+        dry_run: bool = False,
+    ):
+        super().__init__(
+            cfg, stop_event=stop_event, metrics=metrics, filters=filters, failover=failover
+        )
         self.coordinator = cfg.need_target().cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.relayed = Relayed(self.pool)  # what the chores read of the running relay
@@ -159,7 +171,7 @@ class RelayPipeline(FromSources):
     def adopt(self, routes: Sequence[PartitionRoute]) -> None:
         pass
 
-    def spec(self, **common: Any) -> RelayTask:
+    def spec(self, **common: Unpack[CommonFields]) -> RelayTask:
         return RelayTask(**common, **self.source_fields(common["rates"]), target=self.target,
                          rules=self.rules)  # fmt: skip
 

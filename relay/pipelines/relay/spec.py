@@ -11,7 +11,7 @@ from relay.spec import TaskSpec
 
 @dataclass(frozen=True, kw_only=True)
 class RelayTask(TaskSpec):
-    """A group of source partitions to relay to the target."""
+    """A task's source partitions to relay to the target."""
 
     source: ClusterConfig
     target: TargetConfig

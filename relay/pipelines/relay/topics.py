@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar
 
 from relay.clients import admin, topic_create
 from relay.clients.settings import describe, is_retriable
@@ -34,7 +34,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 LOG_EACH_CREATED = 10  # more created topics than this: one line, each at debug
-Call = Callable[[str, Callable[[], Any]], Any]  # Calls.call: retries, one clear error
+
+
+class Call(Protocol):
+    """Calls.call (relay.pipelines.calls): retries, one clear error."""
+
+    def __call__(self, side: str, fn: Callable[[], T], /) -> T: ...
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Unpack
 
 from relay.clients import admin, topic_create
 from relay.clients.settings import describe
 from relay.config import Config
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Partitions, Pipeline, Plan
+from relay.engine.pipeline import CommonFields, Partitions, Pipeline, Plan
 from relay.errors import KafkaSetupError
 from relay.pipelines.calls import Calls
 from relay.pipelines.restore.executor import RestoreSides
@@ -181,7 +181,7 @@ class RestorePipeline(Pipeline):
     def adopt(self, routes: Sequence[PartitionRoute]) -> None:
         pass
 
-    def spec(self, **common: Any) -> RestoreTask:
+    def spec(self, **common: Unpack[CommonFields]) -> RestoreTask:
         o = self.options
         return RestoreTask(**common, store=self.store_cfg, target=self.target, follow=o.follow,
                            from_time=o.from_time, until_time=o.until_time,

@@ -6,15 +6,14 @@ their metadata; only a segment straddling it, or the window's edges, is read."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from relay.retention import AtRisk, by_topic
 from relay.spec import PartitionRoute, SourcePartition
-from relay.store import ChainLink, plan_chain
+from relay.store import ChainLink, SegmentStore, plan_chain
 
 
 def stored_at_risk(
-    store: Any,
+    store: SegmentStore,
     cluster: str,
     routes: list[PartitionRoute],
     nexts: Mapping[SourcePartition, int],
@@ -32,7 +31,7 @@ def stored_at_risk(
 
 
 def _older(
-    store: Any,
+    store: SegmentStore,
     cluster: str,
     route: PartitionRoute,
     start: int,

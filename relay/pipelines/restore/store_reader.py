@@ -14,15 +14,22 @@ overlap or an unreadable segment stops the partition at once, with one line nami
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from relay.config import StoreConfig
 from relay.errors import KtmError
 from relay.losses import Loss
 from relay.pipelines.restore.spec import FROM_FIRST_SEGMENT
 from relay.spec import FetchTrouble
-from relay.store import ChainError, ChainLink, SegmentMeta, SegmentStore, StoredRecord, plan_chain
+from relay.store import (
+    ChainError,
+    ChainLink,
+    ChainProblem,
+    SegmentMeta,
+    SegmentStore,
+    StoredRecord,
+    plan_chain,
+)
 
 TP = tuple[str, int]
 BATCH = 5000  # records a poll returns per partition at most
@@ -92,7 +99,7 @@ class _Partition:
             return "late", now - self.hole_since
         return None
 
-    def _late(self, problems: Any, now: float) -> None:
+    def _late(self, problems: list[ChainProblem], now: float) -> None:
         """A hole while following: wait (the listing repeats every follow_interval) until
         `late_segment_timeout`, then call the segment lost."""
         if self.hole_since is None:
@@ -179,7 +186,7 @@ class StoreReader:
             time.sleep(timeout)
         return found
 
-    def positions(self, keys: Any) -> dict[TP, int]:
+    def positions(self, keys: Iterable[TP]) -> dict[TP, int]:
         return {key: self._parts[key].position for key in keys}
 
     def highwater(self, key: TP) -> int | None:
@@ -199,10 +206,10 @@ class StoreReader:
     def take_trouble(self) -> list[FetchTrouble]:
         return []
 
-    def commit(self, offsets: Any) -> None:
+    def commit(self, offsets: Mapping[TP, int]) -> None:
         """Nothing to commit: the destination's provenance headers say what was restored."""
 
-    def commit_async(self, offsets: Any, done: Any) -> None:
+    def commit_async(self, offsets: Mapping[TP, int], done: Callable[[], None]) -> None:
         done()
 
     def close(self) -> None:

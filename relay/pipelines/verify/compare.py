@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from relay.batches.records import last_record_start, parse_at
 from relay.pipelines.verify.records import (
@@ -42,7 +41,6 @@ RECENT = 100_000
 # Source records read ahead of their claim; past this the oldest is reported missing (a
 # destination this far out of order is not a copy anyone would call exact).
 MAX_PENDING = 500_000
-_ABSENT: Any = object()
 
 
 class NotVerified(Exception):
@@ -146,14 +144,15 @@ class Checker:
             return  # --sample: a block of offsets not checked
         if not self._read_through(source_offset):
             return
-        wanted = self._pending.pop(source_offset, _ABSENT)
-        if wanted is None:
-            return  # outside the time window: not checked
-        self.compared += 1
-        if wanted is _ABSENT:
+        if source_offset not in self._pending:
+            self.compared += 1
             kind = "duplicated" if source_offset in self._recent else "unexpected"
             self._found(kind, source_offset, dest_offset, where)
             return
+        wanted = self._pending.pop(source_offset)
+        if wanted is None:
+            return  # outside the time window: not checked
+        self.compared += 1
         self._recent.add(source_offset)
         if source_offset < self._highest:
             self._found("out_of_order", source_offset, dest_offset, where)

@@ -14,7 +14,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from relay.batches.records import Decoded
 from relay.clients.batch_fetch import BatchFetcher
@@ -42,8 +42,12 @@ from relay.pipelines.verify.spec import (
     VerifyTask,
     WorkState,
 )
-from relay.provenance.header import split_origin
+from relay.provenance.header import Provenance, split_origin
 from relay.spec import SourcePartition
+
+if TYPE_CHECKING:  # executors import the store only to verify a backup or restore
+    from relay.store import ChainLink
+    from relay.store.records import StoredRecord
 
 FETCH_BYTES = 4 * 1024 * 1024  # per partition and fetch: one partition is read at a time
 MAX_WAIT = 0.01  # seconds
@@ -222,7 +226,9 @@ class KafkaSide:
     def found(
         self, work: DestWork, position: int, scope: Scope, clusters: tuple[str, ...]
     ) -> Iterator[Chunk]:
-        def wanted(p: Any) -> bool:  # --sample: a batch of none of the picked blocks is skipped
+        def wanted(
+            p: Provenance,
+        ) -> bool:  # --sample: a batch of none of the picked blocks is skipped
             return any(scope.picks_any((p.topic, p.partition), a, b + 1) for a, b in p.runs)
 
         chosen = wanted if scope.sample < 1.0 else None
@@ -277,7 +283,9 @@ class StoreSide:
     def notes(self, work: DestWork) -> tuple[str, ...]:
         return self._problems.get((work.topic, work.partition), ())
 
-    def _segments(self, key: tuple[str, int], position: int) -> Iterator[tuple[Any, Iterator[Any]]]:
+    def _segments(
+        self, key: tuple[str, int], position: int
+    ) -> Iterator[tuple[ChainLink, Iterator[StoredRecord]]]:
         """The chain's segments holding offsets at or after `position`, each with its records
         (read when iterated)."""
         from relay.store import ChainLink, plan_chain

@@ -18,7 +18,7 @@ records (relay.pipelines.verify.compare), and falls back to record by record oth
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple, overload
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 from relay.batches import SourceBatch
 from relay.batches.encode import frame_fields
@@ -27,6 +27,9 @@ from relay.batches.records import Decoded, RecordAt, decode_at, last_record_star
 from relay.batches.varint import encode_varint, read_varint
 from relay.pipelines.verify.spec import Copy, Feeder, Scope
 from relay.provenance.header import Provenance, last_provenance
+
+if TYPE_CHECKING:  # executors import the store only to restore
+    from relay.store.records import StoredRecord
 
 FIELDS = ("key", "value", "headers", "timestamp", "timestamp_type")
 
@@ -120,7 +123,7 @@ def copy_of(
     return buf[at.rest : pos] + encode_varint(count - 1) + buf[first:last], timestamp, kind
 
 
-def stored_copy(record: Any, keep_type: bool) -> Copy:
+def stored_copy(record: StoredRecord, keep_type: bool) -> Copy:
     """A stored record (relay.store.StoredRecord) framed as a batch frames it."""
     kind = record.timestamp_type if keep_type else -1
     return frame_fields(record.key, record.value, record.headers), record.timestamp, kind
@@ -212,7 +215,7 @@ def _expected_records(
 
 
 def expected_stored(
-    records: Iterable[Any], feeder: Feeder, scope: Scope, keep_type: bool = False
+    records: Iterable[StoredRecord], feeder: Feeder, scope: Scope, keep_type: bool = False
 ) -> Iterator[Expected]:
     """The same for a stored partition (restore's source): its records in [start, end)."""
     topic, partition = feeder.key

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from relay.pipelines.verify.spec import PartitionReport
+from relay.pipelines.verify.spec import Finding, PartitionReport
 
 
 def name(report: PartitionReport) -> str:
@@ -86,7 +85,7 @@ def write_json(
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
-def _as_dict(report: PartitionReport) -> dict[str, Any]:
+def _as_dict(report: PartitionReport) -> dict[str, object]:
     return {
         "source": None if report.key is None else {"topic": report.key[0],
                                                    "partition": report.key[1]},
@@ -106,7 +105,7 @@ def _as_dict(report: PartitionReport) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def where(finding: Any) -> str:
+def where(finding: Finding) -> str:
     if finding.where:
         return f"source offset {finding.source_offset}, segment {finding.where}"
     if finding.dest_offset < 0:
