@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TypedDict
+from typing import TypedDict, Unpack
 
 from relay.config import ClusterConfig, Config, FetchConfig
 from relay.engine.driver.rows import NodeView
@@ -22,6 +22,15 @@ from relay.spec import Rates, SourcePartition
 log = logging.getLogger(__name__)
 
 
+class SourceArgs(TypedDict):
+    """What a pipeline reading `[[sources]]` is made with, beside its config."""
+
+    stop_event: threading.Event
+    metrics: Metrics
+    filters: tuple[FilterSpec, ...]
+    failover: bool  # N identical nodes (else one)
+
+
 class SourceFields(TypedDict):
     """What the specs of relay and backup tasks say of the source (`FromSources.source_fields`)."""
 
@@ -35,17 +44,9 @@ class SourceFields(TypedDict):
 class FromSources(Pipeline):
     """Relay and backup: a source pool (one node, or N identical ones in failover mode)."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        filters: tuple[FilterSpec, ...],
-        failover: bool,
-    ):
-        self.cfg = cfg
-        self.filters = filters
+    def __init__(self, cfg: Config, **sources: Unpack[SourceArgs]):
+        self.cfg, self.filters, metrics = cfg, sources["filters"], sources["metrics"]
+        stop_event, failover = sources["stop_event"], sources["failover"]
         self.pool = SourcePool(cfg.sources, cfg.source_pool, metrics, failover)
         self.calls = Calls(cfg, stop_event, metrics, self.pool.describe_all)
         self.planner = SourcePlan(cfg, self.pool, self.calls)

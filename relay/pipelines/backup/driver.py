@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from typing import Unpack
@@ -20,13 +19,11 @@ from typing import Unpack
 from relay.clients import admin, consumer_groups
 from relay.config import Config
 from relay.engine.driver.halts import Halt
-from relay.engine.metrics import Metrics
 from relay.engine.pipeline import CommonFields, Partitions, Plan, Progress
 from relay.errors import KafkaSetupError
-from relay.filters import FilterSpec
 from relay.pipelines.backup.executor import BackupSides
 from relay.pipelines.backup.spec import BackupTask
-from relay.pipelines.sources import FromSources
+from relay.pipelines.sources import FromSources, SourceArgs
 from relay.provenance.resume import Delivered, SourceOffsets, source_offsets
 from relay.spec import PartitionRoute, SourcePartition
 from relay.store import group_snapshot_path
@@ -39,18 +36,8 @@ class BackupPipeline(FromSources):
     kind = "backup"
     sides = BackupSides
 
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        filters: tuple[FilterSpec, ...],
-        failover: bool,
-    ):
-        super().__init__(
-            cfg, stop_event=stop_event, metrics=metrics, filters=filters, failover=failover
-        )
+    def __init__(self, cfg: Config, **sources: Unpack[SourceArgs]):
+        super().__init__(cfg, **sources)
         self.store_cfg = cfg.need_store()
         self.store = store_of(self.store_cfg)
         self.coordinator = cfg.sources[0]

@@ -19,9 +19,7 @@ from typing import Unpack
 from relay.clients import admin, consumer_groups
 from relay.config import Config
 from relay.engine.driver.halts import Halt
-from relay.engine.metrics import Metrics
 from relay.engine.pipeline import CommonFields, Partitions, Plan, Progress
-from relay.filters import FilterSpec
 from relay.pipelines.relay.acl_sync import AclPlan, AclSync
 from relay.pipelines.relay.chores import Periodic
 from relay.pipelines.relay.config_sync import Changes, ConfigSync
@@ -30,7 +28,7 @@ from relay.pipelines.relay.group_sync import GroupResult, GroupSync
 from relay.pipelines.relay.relayed import Relayed
 from relay.pipelines.relay.spec import RelayTask
 from relay.pipelines.relay.topics import Short, TopicPlan, Topics
-from relay.pipelines.sources import FromSources
+from relay.pipelines.sources import FromSources, SourceArgs
 from relay.pipelines.target_fit import fit
 from relay.provenance.attribution import attribute
 from relay.provenance.header import commit_mark
@@ -56,19 +54,9 @@ class RelayPipeline(FromSources):
     kind = "relay"
     sides = RelaySides
 
-    def __init__(
-        self,
-        cfg: Config,
-        *,
-        stop_event: threading.Event,
-        metrics: Metrics,
-        filters: tuple[FilterSpec, ...],
-        failover: bool,
-        dry_run: bool = False,
-    ):
-        super().__init__(
-            cfg, stop_event=stop_event, metrics=metrics, filters=filters, failover=failover
-        )
+    def __init__(self, cfg: Config, *, dry_run: bool = False, **sources: Unpack[SourceArgs]):
+        super().__init__(cfg, **sources)
+        metrics = sources["metrics"]
         self.coordinator = cfg.need_target().cluster
         self.group_topics: Sequence[str] = sorted({r.target for r in cfg.topics})
         self.relayed = Relayed(self.pool)  # what the chores read of the running relay
