@@ -43,8 +43,14 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
     from relay.pipelines.relay.driver import RelayPipeline
 
     stop = threading.Event()
-    relay = relay_job(cfg, stop_at_end=False, stop_event=stop, metrics=Metrics(),
-                      failover=opts.mode == "failover", dry_run=True)  # fmt: skip
+    relay = relay_job(
+        cfg,
+        stop_at_end=False,
+        stop_event=stop,
+        metrics=Metrics(),
+        failover=opts.mode == "failover",
+        dry_run=True,
+    )
     pipeline = relay.pipeline
     assert isinstance(pipeline, RelayPipeline)
     with relay:
@@ -55,12 +61,7 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
     isolation = cfg.source_pool.isolation_level
     click.echo(f"config {opts.config_path}: ok; source node: {snap.active_node} ({isolation})")
     _topics_report(cfg, pipeline.topic_plan)
-    for row in snap.rows:
-        r = row.route
-        click.echo(
-            f"  {r.topic}[{r.partition}] -> {r.target_topic}[{r.target_partition}]: "
-            f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
-        )
+    _partitions_report(snap.rows)
     click.echo(f"{len(snap.rows)} partitions, {snap.lag} records to relay; nothing was relayed")
     for risk in pipeline.at_risk:  # relay.retention: copies the destination will delete
         click.echo(f"retention: {risk.line()}")
@@ -72,6 +73,15 @@ def _relay_plan(cfg: Config, opts: Options) -> bool:
     group = f"{cfg.app.group_id}.relay"
     click.echo(members_line(target.cluster, target.request_timeout, group))
     return failed
+
+
+def _partitions_report(rows: Sequence[PartitionRow]) -> None:
+    for row in rows:
+        r = row.route
+        click.echo(
+            f"  {r.topic}[{r.partition}] -> {r.target_topic}[{r.target_partition}]: "
+            f"from offset {row.next_offset}, end {row.end}, lag {row.lag}"
+        )
 
 
 def _fetch_report(cfg: Config, node: ClusterConfig, rows: Sequence[PartitionRow]) -> bool:
@@ -143,11 +153,11 @@ def _groups_report(cfg: Config, groups: list[GroupResult]) -> None:
             if part.offset is None:
                 click.echo(f"    {sources} -> {dest}: not relayed that far yet")
                 continue
-            state = (
-                "synced" if part.before == part.offset
-                else "the target has no offset yet" if part.before is None
-                else f"the target has {part.before}"
-            )  # fmt: skip
+            state = f"the target has {part.before}"
+            if part.before == part.offset:
+                state = "synced"
+            elif part.before is None:
+                state = "the target has no offset yet"
             click.echo(f"    {sources} -> {dest}@{part.offset} ({state}; end {part.end})")
 
 
@@ -158,8 +168,10 @@ def _acls_report(plan: AclPlan | None) -> None:
     if plan.unavailable:
         click.echo(f"[acls] copies no ACL: {plan.unavailable}")
         return
-    click.echo(f"[acls] would create {len(plan.create)} ACL(s) on the target "
-               f"({plan.present} copied already)")  # fmt: skip
+    click.echo(
+        f"[acls] would create {len(plan.create)} ACL(s) on the target "
+        f"({plan.present} copied already)"
+    )
     for acl, copy in plan.create:
         click.echo(f"  would create {copy} (source: {acl})")
     for principal in plan.unknown_principals:
@@ -172,8 +184,10 @@ def _configs_report(changes: Changes | None) -> None:
         return
     click.echo(f"[target].config_sync would change {len(changes)} destination topic(s)")
     for dest, change in sorted(changes.items()):
-        shown = ", ".join(f"{n}={v}" if v is not None else f"{n} deleted (default)"
-                          for n, v in sorted(change.items()))  # fmt: skip
+        shown = ", ".join(
+            f"{n}={v}" if v is not None else f"{n} deleted (default)"
+            for n, v in sorted(change.items())
+        )
         click.echo(f"  would change {dest}: {shown}")
 
 
@@ -201,8 +215,9 @@ def _store_report(cfg: Config) -> None:
             plan = plan_chain(links)
             covered = (
                 f"offsets {plan.links[0].start}-{plan.links[-1].next_offset - 1}"
-                if plan.links else "empty"
-            )  # fmt: skip
+                if plan.links
+                else "empty"
+            )
             records = sum(link.count for link in plan.links)
             problems = "; ".join(str(p) for p in plan.problems) or "no gaps"
             click.echo(

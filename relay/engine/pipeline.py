@@ -118,8 +118,14 @@ class Pipeline(abc.ABC):
     ) -> TaskSpec:
         """The picklable spec of one task (relay.engine.executor.task runs it), with its share
         of `[limits]`: the fields every spec shares, and the pipeline's own (`spec`)."""
-        return self.spec(round_id=round_id, task_id=task_id, partitions=works, channel=channel,
-                         report_interval=REPORT_INTERVAL, rates=rates)  # fmt: skip
+        return self.spec(
+            round_id=round_id,
+            task_id=task_id,
+            partitions=works,
+            channel=channel,
+            report_interval=REPORT_INTERVAL,
+            rates=rates,
+        )
 
     def warm_task(
         self, routes: Sequence[PartitionRoute], channel: ChannelAddress, rates: Rates

@@ -12,6 +12,7 @@ from relay.config import Config
 from relay.engine.driver.runner import Runner, RunSummary
 from relay.engine.driver.sidecar import Sidecar
 from relay.engine.metrics import Metrics
+from relay.engine.pipeline import Pipeline
 from relay.filters import FilterSpec, load_filters
 from relay.pipelines.backup.driver import BackupPipeline
 from relay.pipelines.relay.driver import RelayPipeline
@@ -34,12 +35,15 @@ def relay_job(
     """Kafka to Kafka. `dry_run` (ktm check) creates no topic and starts no chore; `filters`
     default to the config's (its sections and the --filter files)."""
     pipeline = RelayPipeline(
-        cfg, stop_event=stop_event, metrics=metrics, failover=failover, dry_run=dry_run,
+        cfg,
+        stop_event=stop_event,
+        metrics=metrics,
+        failover=failover,
+        dry_run=dry_run,
         filters=load_filters(cfg) if filters is None else filters,
-    )  # fmt: skip
-    return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-                  metrics=metrics, master=master,
-                  sidecars=_verifier(cfg, "relay", metrics, failover, dry_run))  # fmt: skip
+    )
+    verifier = _verifier(cfg, "relay", metrics, failover, dry_run)
+    return _runner(cfg, pipeline, stop_at_end, stop_event, metrics, master, verifier)
 
 
 def _verifier(
@@ -65,12 +69,14 @@ def backup_job(
 ) -> Runner:
     """Kafka to store segments."""
     pipeline = BackupPipeline(
-        cfg, stop_event=stop_event, metrics=metrics, failover=failover,
+        cfg,
+        stop_event=stop_event,
+        metrics=metrics,
+        failover=failover,
         filters=load_filters(cfg) if filters is None else filters,
-    )  # fmt: skip
-    return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-                  metrics=metrics, master=master,
-                  sidecars=_verifier(cfg, "backup", metrics, failover))  # fmt: skip
+    )
+    verifier = _verifier(cfg, "backup", metrics, failover)
+    return _runner(cfg, pipeline, stop_at_end, stop_event, metrics, master, verifier)
 
 
 def restore_job(
@@ -86,6 +92,25 @@ def restore_job(
     pipeline = RestorePipeline(
         cfg, stop_event=stop_event, metrics=metrics, options=options or RestoreOptions()
     )
-    return Runner(cfg, pipeline, stop_at_end=stop_at_end, stop_event=stop_event,
-                  metrics=metrics, master=master,
-                  sidecars=_verifier(cfg, "restore", metrics, False))  # fmt: skip
+    verifier = _verifier(cfg, "restore", metrics, False)
+    return _runner(cfg, pipeline, stop_at_end, stop_event, metrics, master, verifier)
+
+
+def _runner(
+    cfg: Config,
+    pipeline: Pipeline,
+    stop_at_end: bool,
+    stop_event: threading.Event,
+    metrics: Metrics,
+    master: str | None,
+    sidecars: tuple[Sidecar, ...],
+) -> Runner:
+    return Runner(
+        cfg,
+        pipeline,
+        stop_at_end=stop_at_end,
+        stop_event=stop_event,
+        metrics=metrics,
+        master=master,
+        sidecars=sidecars,
+    )

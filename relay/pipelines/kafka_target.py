@@ -206,9 +206,15 @@ class KafkaWriter:
         if len(self.pending) >= DEEP_QUEUE:  # the destination holds the relay back
             budget, copy_fraction = self.wide, 1
         rebuilt = rebuild(
-            batches, start, self.origin, self.codec, budget, stop=stop, drop=drop,
+            batches,
+            start,
+            self.origin,
+            self.codec,
+            budget,
+            stop=stop,
+            drop=drop,
             copy_fraction=copy_fraction,
-        )  # fmt: skip
+        )
         if rebuilt.batches:
             self._queue(rebuilt.batches)
         return sum(built.count for built in rebuilt.batches), rebuilt.next_offset
@@ -270,7 +276,7 @@ class KafkaWriter:
         if not self.pending:
             return None
         sent = self.pending[0]
-        first, count, delivery, largest, written_at = sent[:5]
+        delivery, written_at = sent.delivery, sent.written_at
         error = delivery.error()
         waited = time.monotonic() - written_at
         if error is None and not delivery.done and waited > self.producer.ack_deadline:
@@ -284,27 +290,30 @@ class KafkaWriter:
         named = delivery.refused(sent.records)
         if named is not None or isinstance(error, REFUSED):
             return self._refused_record(sent, named or (None, error), hole)
-        route = self.route
-        where = f"destination {route.target_topic}[{route.target_partition}]"
-        if isinstance(error, TOO_LARGE) and largest is not None:
-            what = (
-                f"record {route.topic}[{route.partition}] offset {largest[0]} ({largest[1]} "
-                f"bytes of key and value) is too large for {where}"
-            )
-        elif isinstance(error, TOO_LARGE):
-            what = (
-                f"{where} refused {route.topic}[{route.partition}] offsets from {first} "
-                f"({count} records in one batch) as too large: lower [target].batch_size, or a "
-                "record is larger than the destination allows"
-            )
-        else:
-            last = first + count - 1
-            what = f"{where} did not take {route.topic}[{route.partition}] offsets {first}-{last}"
+        what = self._not_taken(sent, error)
         if hole:
             what += "; later records landed, so they will be relayed again after these"
-        failure = DeliveryFailure(f"{what}: {type(error).__name__}: {error}", route.key, hole)
+        failure = DeliveryFailure(f"{what}: {type(error).__name__}: {error}", self.route.key, hole)
         failure.__cause__ = error
         return failure
+
+    def _not_taken(self, sent: _Sent, error: BaseException) -> str:
+        """What of `sent` the destination did not take, and why if it says."""
+        route, first, count, largest = self.route, sent.first, sent.records, sent.largest
+        where = f"destination {route.target_topic}[{route.target_partition}]"
+        source = f"{route.topic}[{route.partition}]"
+        if isinstance(error, TOO_LARGE) and largest is not None:
+            return (
+                f"record {source} offset {largest[0]} ({largest[1]} bytes of key and value) is "
+                f"too large for {where}"
+            )
+        if isinstance(error, TOO_LARGE):
+            return (
+                f"{where} refused {source} offsets from {first} ({count} records in one batch) "
+                "as too large: lower [target].batch_size, or a record is larger than the "
+                "destination allows"
+            )
+        return f"{where} did not take {source} offsets {first}-{first + count - 1}"
 
     def _refused_record(
         self, sent: _Sent, named: tuple[int | None, BaseException], hole: bool

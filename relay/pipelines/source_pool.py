@@ -170,8 +170,9 @@ class NodeMonitor:
         except ConfigError as exc:  # a refused login (relay/clients/login.py): down for good
             if self._refusals.get(node.name) != str(exc):
                 self._refusals[node.name] = str(exc)
-                log.error("source node %s cannot be used until its config is fixed: %s",
-                          node.name, exc)  # fmt: skip
+                log.error(
+                    "source node %s cannot be used until its config is fixed: %s", node.name, exc
+                )
             answers[node.name] = exc
         except Exception as exc:  # noqa: BLE001 - any failure means: down
             answers[node.name] = exc

@@ -120,8 +120,9 @@ def parse_provenance(value: bytes) -> Provenance | None:
         topic, incarnation = split_origin(named)
         if "-" not in offsets:
             offset = int(offsets)
-            return Provenance(cluster, topic, int(partition), ((offset, offset),), False,
-                              incarnation)  # fmt: skip
+            return Provenance(
+                cluster, topic, int(partition), ((offset, offset),), False, incarnation
+            )
         runs = []
         previous = -1
         for run in offsets.split(","):

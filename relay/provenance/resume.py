@@ -304,8 +304,10 @@ def warn_unsettled(
         "%d source partition(s) resume where a compacted destination cannot settle (%s%s): "
         "records after it may be there already, their provenance removed by its log cleaner, "
         "and be copied again",
-        len(doubtful), named, ", ..." if len(doubtful) > 5 else "",
-    )  # fmt: skip
+        len(doubtful),
+        named,
+        ", ..." if len(doubtful) > 5 else "",
+    )
 
 
 def resume_summary(

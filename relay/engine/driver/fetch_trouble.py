@@ -69,8 +69,12 @@ class FetchTroubles:
                 log.warning(
                     "fetches from source broker %s keep failing: %d in the last %.0f s, for "
                     "%.0f s now (last: %s); retrying",
-                    report.node, failed, WINDOW, now - (since or now), error,
-                )  # fmt: skip
+                    report.node,
+                    failed,
+                    WINDOW,
+                    now - (since or now),
+                    error,
+                )
 
     def lines(self) -> list[str]:
         """One line per broker in trouble now, for the progress view and /healthz."""

@@ -111,8 +111,9 @@ class Gauges:
             if seconds or (labels, reason) in self._waited:
                 if (labels, reason) not in self._waited:
                     self._waited.add((labels, reason))
-                    log.info("restore topic=%s partition=%s waits for %s", *labels,
-                             WAIT_REASONS[reason])  # fmt: skip
+                    log.info(
+                        "restore topic=%s partition=%s waits for %s", *labels, WAIT_REASONS[reason]
+                    )
                 self.metrics.restore_waiting.labels(*labels, reason).set(seconds)
 
 

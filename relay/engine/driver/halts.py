@@ -66,8 +66,12 @@ class Halts:
         log.error(
             "halted source partition %s[%s] at offset %s: %s; every record before offset %s is "
             "relayed and committed, none from it on (the other partitions go on)",
-            route.topic, route.partition, offset, reason, offset,
-        )  # fmt: skip
+            route.topic,
+            route.partition,
+            offset,
+            reason,
+            offset,
+        )
         if before is None:
             label = partition_label(self.metrics, route.partition)
             self.metrics.halted.labels(route.topic, label).inc()

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
@@ -39,36 +39,21 @@ def _fmt_eta(seconds: float | None) -> str:
 MAX_ROWS = 24  # more partitions than this are shown per topic
 
 
+COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("source", "left"),
+    ("partition", "right"),
+    ("target", "left"),
+    ("relayed", "right"),
+    ("filtered", "right"),
+    ("rate/s", "right"),
+    ("lag", "right"),
+)
+
+
 def render(snap: Snapshot, title: str = "relay") -> Group:
     """The terminal view: a row per source partition (per topic when there are many), totals,
     and a bar for --stop-at-end. Rows of partitions other group members relay show "-"."""
-    title = f"ktm {title} - source: {snap.active_node or '?'}"
-    if snap.members > 1:
-        title += f" - {len(snap.owned)} of {len(snap.rows)} partitions here, {snap.members} members"
-    table = Table(title=title, expand=False)
-    for name, justify in (
-        ("source", "left"),
-        ("partition", "right"),
-        ("target", "left"),
-        ("relayed", "right"),
-        ("filtered", "right"),
-        ("rate/s", "right"),
-        ("lag", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for cells in _rows(snap):
-        table.add_row(*cells)
-    table.add_row(
-        "total",
-        "",
-        "",
-        f"{snap.relayed:,}",
-        f"{snap.filtered:,}",
-        f"{snap.rate:,.0f}",
-        f"{snap.lag:,}",
-        style="bold",
-    )
-    parts: list[Table | Text | ProgressBar] = [table]
+    parts: list[Table | Text | ProgressBar] = [_table(snap, title)]
     if snap.remaining is not None:
         done = snap.relayed + snap.filtered
         total = done + snap.remaining
@@ -81,6 +66,20 @@ def render(snap: Snapshot, title: str = "relay") -> Group:
     if snap.lost:
         parts.append(Text(f"{snap.lost:,} source records lost before they were copied", "red"))
     return Group(*parts)
+
+
+def _table(snap: Snapshot, title: str) -> Table:
+    title = f"ktm {title} - source: {snap.active_node or '?'}"
+    if snap.members > 1:
+        title += f" - {len(snap.owned)} of {len(snap.rows)} partitions here, {snap.members} members"
+    table = Table(title=title, expand=False)
+    for name, justify in COLUMNS:
+        table.add_column(name, justify=justify)
+    for cells in _rows(snap):
+        table.add_row(*cells)
+    totals = (f"{snap.relayed:,}", f"{snap.filtered:,}", f"{snap.rate:,.0f}", f"{snap.lag:,}")
+    table.add_row("total", "", "", *totals, style="bold")
+    return table
 
 
 def _rows(snap: Snapshot) -> list[tuple[str, ...]]:

@@ -63,43 +63,53 @@ def retrying(
     metrics: Metrics,
 ) -> Retrying:
     """A tenacity loop: `for attempt in retrying(...): with attempt: ...`; re-raises at the end."""
+    turns = _Turns(policy_of, stop_event, metrics)
+    return Retrying(
+        retry=retry_if_exception(retriable),
+        stop=turns.exhausted,
+        wait=turns.wait,
+        sleep=turns.sleep,
+        before_sleep=turns.before_sleep,
+        reraise=True,
+    )
 
-    def outcome(state: RetryCallState) -> BaseException | None:
-        return state.outcome.exception() if state.outcome else None
 
-    def exhausted(state: RetryCallState) -> bool:
-        policy = policy_of(outcome(state))
-        if stop_event.is_set():
+class _Turns:
+    """How `retrying` goes on: the policy of the error met decides how often and how long."""
+
+    def __init__(
+        self,
+        policy_of: Callable[[BaseException | None], RetryPolicy],
+        stop_event: threading.Event,
+        metrics: Metrics,
+    ):
+        self.policy_of, self.stop_event, self.metrics = policy_of, stop_event, metrics
+
+    def exhausted(self, state: RetryCallState) -> bool:
+        policy = self.policy_of(_outcome(state))
+        if self.stop_event.is_set():
             return True
         return policy.max_retries >= 0 and state.attempt_number > policy.max_retries
 
-    def wait(state: RetryCallState) -> float:
-        return policy_of(outcome(state)).wait(state.attempt_number)
+    def wait(self, state: RetryCallState) -> float:
+        return self.policy_of(_outcome(state)).wait(state.attempt_number)
 
-    def before_sleep(state: RetryCallState) -> None:
-        exc = outcome(state)
+    def before_sleep(self, state: RetryCallState) -> None:
+        exc = _outcome(state)
         side = getattr(exc, "side", "startup")
-        metrics.retries.labels(side).inc()
+        self.metrics.retries.labels(side).inc()
         if side == "target":
-            metrics.produce_retries.inc()
-        policy = policy_of(exc)
+            self.metrics.produce_retries.inc()
+        policy = self.policy_of(exc)
         limit = "forever" if policy.max_retries < 0 else f"of {policy.max_retries + 1}"
+        wait = self.wait(state)
         log.warning(
-            "attempt %d %s failed, retrying in %.1fs: %s",
-            state.attempt_number,
-            limit,
-            wait(state),
-            exc,
+            "attempt %d %s failed, retrying in %.1fs: %s", state.attempt_number, limit, wait, exc
         )
 
-    def sleep(seconds: float) -> None:
-        stop_event.wait(seconds)  # a signal ends a backoff at once
+    def sleep(self, seconds: float) -> None:
+        self.stop_event.wait(seconds)  # a signal ends a backoff at once
 
-    return Retrying(
-        retry=retry_if_exception(retriable),
-        stop=exhausted,
-        wait=wait,
-        sleep=sleep,
-        before_sleep=before_sleep,
-        reraise=True,
-    )
+
+def _outcome(state: RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome else None

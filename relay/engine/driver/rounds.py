@@ -75,8 +75,9 @@ class Round:
             if silent:
                 log.warning("round %d: task(s) %s went silent; re-planning", self.round_id, silent)
             else:
-                log.warning("round %d: %d task(s) found no slot; re-planning", self.round_id,
-                            waiting)  # fmt: skip
+                log.warning(
+                    "round %d: %d task(s) found no slot; re-planning", self.round_id, waiting
+                )
         return stalled
 
     def finished_results(self) -> list[TaskResult]:
@@ -87,9 +88,11 @@ class Round:
         return any(result.error is not None for result in self.finished_results())
 
     def replan_pays(
-        self, rows: Mapping[SourcePartition, PartitionRow], pending: set[SourcePartition],
+        self,
+        rows: Mapping[SourcePartition, PartitionRow],
+        pending: set[SourcePartition],
         interval: float,
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """Re-plan when a task is done (its slot idles) or every `interval`, and only if a
         fresh plan finishes the work clearly sooner."""
         now, finished = time.monotonic(), len(self.finished_results())
@@ -148,9 +151,12 @@ def settle(current: Round, results: list[TaskResult], status: Status) -> Outcome
         log.info("round %d: %d task(s) stopped without a lease", current.round_id, len(lost))
     log.info(
         "round %d ended (%s) after %.1fs: %d tasks, %d records so far",
-        current.round_id, current.stop_reason or "done", wall, len(current.tasks),
+        current.round_id,
+        current.stop_reason or "done",
+        wall,
+        len(current.tasks),
         status.snapshot().relayed,
-    )  # fmt: skip
+    )
     return Outcome([r for r in failures if r not in lost], bool(lost), source_trouble)
 
 

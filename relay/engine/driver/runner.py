@@ -237,8 +237,9 @@ class Runner:
         try:
             results = current.job.results()
         except RelayError as exc:  # the job itself failed (a lost worker): re-read and retry
-            self.status.record_round(time.monotonic() - current.started,
-                                     "cancelled" if current.cancelled else "failed")  # fmt: skip
+            self.status.record_round(
+                time.monotonic() - current.started, "cancelled" if current.cancelled else "failed"
+            )
             if self.stop_event.is_set():
                 log.info("stopping: the last round ended with Spark (%s)", exc)
                 return
@@ -376,8 +377,15 @@ class Runner:
             self._join(self.routes)
 
     def _summarize(self) -> None:
-        summarize(self.summary, self.status, self.backend, self.ownership.rebalances,
-                  self.stop_event.is_set(), self._begun, self.metrics)  # fmt: skip
+        summarize(
+            self.summary,
+            self.status,
+            self.backend,
+            self.ownership.rebalances,
+            self.stop_event.is_set(),
+            self._begun,
+            self.metrics,
+        )
 
     def _round_policy(self, exc: BaseException | None) -> RetryPolicy:
         return policy_for(self.cfg, getattr(exc, "side", "target"))

@@ -36,8 +36,12 @@ class Sidecars:
         if self._threads or not self.sidecars:
             return
         for sidecar in self.sidecars:
-            thread = threading.Thread(target=self._run, args=(sidecar, engine), daemon=True,
-                                      name=f"ktm-{type(sidecar).__name__}")  # fmt: skip
+            thread = threading.Thread(
+                target=self._run,
+                args=(sidecar, engine),
+                daemon=True,
+                name=f"ktm-{type(sidecar).__name__}",
+            )
             thread.start()
             self._threads.append(thread)
 

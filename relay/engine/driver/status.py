@@ -226,8 +226,14 @@ class Status:
                 self._stale[route.key] = seen.get(self.active_node)
                 key, row = route.key, self._rows[route.key]
                 stop = ends.get(key) if row.stop is not None else None
-                self._rows[key] = replace(row, route=route, next_offset=next_offsets[key],
-                                          end=ends.get(key), stop=stop, pinned_at=None)  # fmt: skip
+                self._rows[key] = replace(
+                    row,
+                    route=route,
+                    next_offset=next_offsets[key],
+                    end=ends.get(key),
+                    stop=stop,
+                    pinned_at=None,
+                )
                 self._unsure.pop(key, None)
         self.halts.lift(route.key for route in routes)
         self._publish([route.key for route in routes])
@@ -266,8 +272,13 @@ class Status:
         log.warning(
             "hole at destination %s[%s]: records of %s[%s] from offset %s were not written while "
             "later ones landed; relaying again from %s (those later records may arrive twice)",
-            route.target_topic, route.target_partition, route.topic, route.partition, at, at,
-        )  # fmt: skip
+            route.target_topic,
+            route.target_partition,
+            route.topic,
+            route.partition,
+            at,
+            at,
+        )
         self.metrics.holes.labels(route.topic, partition_label(self.metrics, route.partition)).inc()
 
     def next_offsets(self) -> dict[SourcePartition, int]:
@@ -336,5 +347,4 @@ class Status:
     def health(self) -> tuple[bool, dict[str, object]]:
         """200 while progressing or idle at the end of the topics; 503 when stuck or blind."""
         idle_for = self.clock() - self.last_progress
-        return health(self.snapshot(), idle_for, self.stuck_after, self.nodes,
-                      self.waiting_topics)  # fmt: skip
+        return health(self.snapshot(), idle_for, self.stuck_after, self.nodes, self.waiting_topics)

@@ -170,8 +170,12 @@ class BackupPipeline(FromSources):
                 for (topic, partition), offset in sorted(committed.items()):
                     if offset is not None:
                         offsets.setdefault(topic, {})[str(partition)] = offset
-                snapshot = {"group": group, "cluster": self.store_cfg.cluster,
-                            "taken_at_ms": int(time.time() * 1000), "offsets": offsets}  # fmt: skip
+                snapshot = {
+                    "group": group,
+                    "cluster": self.store_cfg.cluster,
+                    "taken_at_ms": int(time.time() * 1000),
+                    "offsets": offsets,
+                }
                 self.store.write_json(group_snapshot_path(self.store_cfg.cluster, group), snapshot)
             except Exception as exc:  # noqa: BLE001 - the next snapshot tries again
                 log.warning("group %s: offsets snapshot failed: %s", group, exc)

@@ -115,8 +115,13 @@ class AclSync:
             have = set(acls.topic_acls(self.target, self.timeout))
         except (acls.AclsUnavailable, Unsupported) as exc:
             return AclPlan((), 0, (), unavailable=str(exc))
-        wanted = copied_acls(on_source, self.relayed.topic_pairs(), self.cfg.discover.rename,
-                             cfg.principals, cfg.exclude)  # fmt: skip
+        wanted = copied_acls(
+            on_source,
+            self.relayed.topic_pairs(),
+            self.cfg.discover.rename,
+            cfg.principals,
+            cfg.exclude,
+        )
         create = tuple((acl, copy) for copy, acl in sorted(wanted.items()) if copy not in have)
         principals = {copy.principal for copy in wanted}
         return AclPlan(create, len(wanted) - len(create), self._unknown(source, principals))
@@ -155,8 +160,9 @@ class AclSync:
         if len(created) > LOG_EACH_CREATED:
             log.info("%d ACLs copied to the target (each: --debug)", len(created))
         for copy, why in sorted(refused.items()):
-            log.warning("the target refused ACL %s: %s (not asked again until a restart)",
-                        copy, why)  # fmt: skip
+            log.warning(
+                "the target refused ACL %s: %s (not asked again until a restart)", copy, why
+            )
         for principal in plan.unknown_principals:
             self._once(
                 f"principal {principal}",

@@ -103,10 +103,13 @@ class ConfigSync:
         for dest, change in sorted(changes.items()):
             if change:
                 self.metrics.topic_configs_altered.inc(len(change))
-                shown = ", ".join(f"{n}={v}" if v is not None else f"{n} deleted (default)"
-                                  for n, v in sorted(change.items()))  # fmt: skip
-                log.info("destination topic %s configs kept in step with its source: %s",
-                         dest, shown)  # fmt: skip
+                shown = ", ".join(
+                    f"{n}={v}" if v is not None else f"{n} deleted (default)"
+                    for n, v in sorted(change.items())
+                )
+                log.info(
+                    "destination topic %s configs kept in step with its source: %s", dest, shown
+                )
 
     def _refuse(self, dest: str, name: str, value: str | None, error: str) -> None:
         self._refused.add((dest, name, value))
@@ -114,8 +117,12 @@ class ConfigSync:
         log.warning(
             "destination topic %s refuses config %s = %s (copied from its source topic): "
             '%s; left as it is (leave it out with [target].config_exclude: add "%s")',
-            dest, name, "(default)" if value is None else value, error, name,
-        )  # fmt: skip
+            dest,
+            name,
+            "(default)" if value is None else value,
+            error,
+            name,
+        )
 
 
 def _described(

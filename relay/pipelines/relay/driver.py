@@ -64,8 +64,14 @@ class RelayPipeline(FromSources):
         self.rules: Rules = ()  # what the destination topics refuse for good, read at plan
         self.retention: Mapping[str, int | None] = {}  # their retention.ms, read at plan
         self.metrics, self.dry_run = metrics, dry_run
-        self.topics = Topics(cfg, lambda: self.pool.active, self.calls.call, metrics,
-                             self.timeout, self.pool.topic_counts)  # fmt: skip
+        self.topics = Topics(
+            cfg,
+            lambda: self.pool.active,
+            self.calls.call,
+            metrics,
+            self.timeout,
+            self.pool.topic_counts,
+        )
         self.topic_plan: TopicPlan | None = None
         self.groups = GroupSync(cfg, self.relayed, metrics)
         self.acls = AclSync(cfg, self.relayed, metrics)
@@ -74,15 +80,17 @@ class RelayPipeline(FromSources):
         if cfg.acls.sync:
             self._chores.append(Periodic("ACL sync", cfg.acls.interval, self.acls.sync_once))
         if self.target.config_sync:
-            self._chores.append(Periodic("topic config sync", self.target.config_sync_interval,
-                                         self.configs.sync_once))  # fmt: skip
+            self._chores.append(
+                Periodic(
+                    "topic config sync", self.target.config_sync_interval, self.configs.sync_once
+                )
+            )
         self._found_plan: Plan | None = None  # partitions found, not yet handed over
         self._short: set[SourcePartition] = set()  # found, but the destination lacks them
         self._halts: list[Halt] = []  # of those: not yet handed to the runner (`tick`)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._discovery = threading.Thread(target=self._discover, name="ktm-discovery",
-                                           daemon=True)  # fmt: skip
+        self._discovery = threading.Thread(target=self._discover, name="ktm-discovery", daemon=True)
         self._follow = False  # look for new topics and partitions (not with --stop-at-end)
         self.follows_recreated = cfg.source_pool.on_recreate == "follow"
         self.at_risk: list[AtRisk] = []  # destination topics whose retention deletes copies
@@ -152,16 +160,20 @@ class RelayPipeline(FromSources):
                 self.pool.active, self.cfg.app.group_id, keys, COMMITTED_TIMEOUT
             )
         except Exception as exc:  # noqa: BLE001 - see where(); the tail is what it can do
-            log.log(logging.WARNING if unsettled else logging.DEBUG,
-                    "committed offsets unavailable: %s", exc)  # fmt: skip
+            log.log(
+                logging.WARNING if unsettled else logging.DEBUG,
+                "committed offsets unavailable: %s",
+                exc,
+            )
             return {}
 
     def adopt(self, routes: Sequence[PartitionRoute]) -> None:
         pass
 
     def spec(self, **common: Unpack[CommonFields]) -> RelayTask:
-        return RelayTask(**common, **self.source_fields(common["rates"]), target=self.target,
-                         rules=self.rules)  # fmt: skip
+        return RelayTask(
+            **common, **self.source_fields(common["rates"]), target=self.target, rules=self.rules
+        )
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         return delivered(self.cfg.need_target().cluster, self.routes, self.timeout)
@@ -284,9 +296,11 @@ class RelayPipeline(FromSources):
         log.info(
             "found %d new partition(s) to relay: %s",
             len(found),
-            ", ".join(f"{r.topic}[{r.partition}]->{r.target_topic}[{r.target_partition}]@"
-                      f"{nexts[r.key]}" for r in found),
-        )  # fmt: skip
+            ", ".join(
+                f"{r.topic}[{r.partition}]->{r.target_topic}[{r.target_partition}]@{nexts[r.key]}"
+                for r in found
+            ),
+        )
         with self._lock:
             earlier = self._found_plan
             routes = (earlier.routes if earlier else []) + found
@@ -304,9 +318,10 @@ class RelayPipeline(FromSources):
             return
         begin, _ = self.calls.call(
             "source",
-            lambda: admin.offset_bounds(self.pool.active, [s.route.key for s in short],
-                                        self.timeout),
-        )  # fmt: skip
+            lambda: admin.offset_bounds(
+                self.pool.active, [s.route.key for s in short], self.timeout
+            ),
+        )
         with self._lock:
             for one in short:
                 self._short.add(one.route.key)

@@ -36,8 +36,15 @@ class RelaySides(KafkaTarget):
         origin = Origin(self.task.source.name, *work.route.origin)
         target = self.target
         shape = (codecs.BY_NAME[target.compression], target.batch_size)
-        return KafkaWriter(self.producer(), work.route, origin, latencies, shape,
-                           target.max_batch_bytes, self.rules_of(work))  # fmt: skip
+        return KafkaWriter(
+            self.producer(),
+            work.route,
+            origin,
+            latencies,
+            shape,
+            target.max_batch_bytes,
+            self.rules_of(work),
+        )
 
     def warm(self) -> None:
         """The producer and the source reader open side by side (the reader of record batches:

@@ -121,10 +121,8 @@ class GroupSync:
         progress = self._relay_progress(source, routes)  # read before the destination's ends
         on_target = consumer_groups.groups_committed(self.target, groups, self.timeout)
         target_groups = consumer_groups.listed_groups(self.target, self.timeout)
-        by_dest: dict[TP, list[SourcePartition]] = {}
+        by_dest = _by_destination(routes)
         self._origin = {route.key: route.origin for route in routes}
-        for route in routes:
-            by_dest.setdefault((route.target_topic, route.target_partition), []).append(route.key)
         wanted = sorted(
             {d for g in groups for d, keys in by_dest.items() if _any(on_source[g], keys)}
         )
@@ -136,11 +134,12 @@ class GroupSync:
         results = []
         for group in groups:
             parts = tuple(
-                self._translated(dest, keys, on_source[group], progress, bounds,
-                                 on_target[group].get(dest))
+                self._translated(
+                    dest, keys, on_source[group], progress, bounds, on_target[group].get(dest)
+                )
                 for dest, keys in sorted(by_dest.items())
                 if _any(on_source[group], keys)
-            )  # fmt: skip
+            )
             active = self._activity(group, target_groups.get(group))
             results.append(GroupResult(group, read_at, parts, active))
         self._copies = self._seen  # only what this sync used: the cache never grows
@@ -296,3 +295,11 @@ class GroupSync:
 
 def _any(committed: dict[TP, int], keys: list[SourcePartition]) -> bool:
     return any(key in committed for key in keys)
+
+
+def _by_destination(routes: list[PartitionRoute]) -> dict[TP, list[SourcePartition]]:
+    """The source partitions copied into each destination partition."""
+    by_dest: dict[TP, list[SourcePartition]] = {}
+    for route in routes:
+        by_dest.setdefault((route.target_topic, route.target_partition), []).append(route.key)
+    return by_dest

@@ -46,8 +46,10 @@ class ConfigCopy:
         for name in sorted(set(chosen) - known):
             log.debug(
                 "config %s=%s of source topic %s is not copied: the target does not know it",
-                name, chosen.pop(name), topic,
-            )  # fmt: skip
+                name,
+                chosen.pop(name),
+                topic,
+            )
         return chosen
 
     def known(self) -> frozenset[str]:
@@ -89,9 +91,13 @@ class ConfigCopy:
         for name, value in sorted(configs.items()):
             try:
                 error = topic_create.refused_config(
-                    self.target.cluster, topic, partitions, self.target.replication_factor,
-                    {name: value}, self.timeout,
-                )  # fmt: skip
+                    self.target.cluster,
+                    topic,
+                    partitions,
+                    self.target.replication_factor,
+                    {name: value},
+                    self.timeout,
+                )
             except Exception as exc:  # noqa: BLE001 - the line then names every config
                 log.debug("validating config %s of topic %s: %s", name, topic, exc)
                 return None

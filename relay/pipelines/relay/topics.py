@@ -133,8 +133,11 @@ class Topics:
                 if (route.source, 0) in known and route.target in dst and route.partition is None:
                     self._split(route, count, dst[route.target], known, str(exc), found)
                     continue
-                self._once(str(exc), f"{exc}; relayed once that is fixed (looked at again every "
-                           f"{self.cfg.discover.interval:g}s)")  # fmt: skip
+                self._once(
+                    str(exc),
+                    f"{exc}; relayed once that is fixed (looked at again every "
+                    f"{self.cfg.discover.interval:g}s)",
+                )
                 continue
             found.routes.extend(r for r in planned if r.key not in known)
         return found
@@ -176,13 +179,19 @@ class Topics:
         try:
             found = admin.topic_configs(self._source(), topics, self.timeout, set_only=True)
         except Exception as exc:  # noqa: BLE001 - the topics are created without them
-            self._once("configs", f"source does not describe topic configs ({exc}): created "
-                       "topics get the target's defaults")  # fmt: skip
+            self._once(
+                "configs",
+                f"source does not describe topic configs ({exc}): created "
+                "topics get the target's defaults",
+            )
             return {}
         if not found:  # Apache Kafka describes every topic, with or without a config set
-            self._once("no-configs", "source describes no configs of its topics (Tansu "
-                       "answers DescribeConfigs with nothing): created topics get the target's "
-                       "defaults")  # fmt: skip
+            self._once(
+                "no-configs",
+                "source describes no configs of its topics (Tansu "
+                "answers DescribeConfigs with nothing): created topics get the target's "
+                "defaults",
+            )
         return {topic: self._copy.select(topic, configs) for topic, configs in found.items()}
 
     def _create(self, creations: tuple[Creation, ...]) -> None:
@@ -206,11 +215,12 @@ class Topics:
                 "%s (from source topic %s)",
                 creation.topic,
                 creation.partitions,
-                self.target.replication_factor if self.target.replication_factor > 0
+                self.target.replication_factor
+                if self.target.replication_factor > 0
                 else "of the broker",
                 dict(creation.configs) or "none",
                 creation.source,
-            )  # fmt: skip
+            )
         if len(creations) > LOG_EACH_CREATED:
             log.info("created %d destination topics (each: --debug)", len(creations))
 
@@ -220,9 +230,12 @@ class Topics:
             counts = {c.topic: c.partitions for c in creations}
             try:
                 topic_create.create_topics(
-                    self.target.cluster, counts, self.timeout, self.target.replication_factor,
+                    self.target.cluster,
+                    counts,
+                    self.timeout,
+                    self.target.replication_factor,
                     configs,
-                )  # fmt: skip
+                )
             except topic_create.ConfigRefused as exc:
                 topic = exc.topic
                 raise self._copy.refused(exc, counts[topic], configs[topic]) from exc
@@ -241,8 +254,11 @@ class Topics:
                     continue
                 # refused for good (a policy, an ACL, no CreatePartitions): the partitions it
                 # lacks are refused at start, halted while running
-                self._once(f"grow {dest}", f"destination {dest} keeps {has} partitions, fewer "
-                           f"than the {wanted} its source has: {exc}")  # fmt: skip
+                self._once(
+                    f"grow {dest}",
+                    f"destination {dest} keeps {has} partitions, fewer "
+                    f"than the {wanted} its source has: {exc}",
+                )
                 continue
             log.info("destination topic %s grown from %d to %d partitions", dest, has, wanted)
             grown.append((dest, has, wanted))

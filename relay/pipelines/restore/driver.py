@@ -117,8 +117,9 @@ class RestorePipeline(Pipeline):
         window = (self.options.from_time, self.options.until_time)
         now = int(time.time() * 1000)
         try:
-            risks = stored_at_risk(self.store, self.store_cfg.cluster, self.routes, nexts,
-                                   self.retention, now, window)  # fmt: skip
+            risks = stored_at_risk(
+                self.store, self.store_cfg.cluster, self.routes, nexts, self.retention, now, window
+            )
         except Exception as exc:  # noqa: BLE001 - informative only
             log.info("store not read for the retention check (%s)", exc)
             return
@@ -183,9 +184,15 @@ class RestorePipeline(Pipeline):
 
     def spec(self, **common: Unpack[CommonFields]) -> RestoreTask:
         o = self.options
-        return RestoreTask(**common, store=self.store_cfg, target=self.target, follow=o.follow,
-                           from_time=o.from_time, until_time=o.until_time,
-                           rules=self.rules)  # fmt: skip
+        return RestoreTask(
+            **common,
+            store=self.store_cfg,
+            target=self.target,
+            follow=o.follow,
+            from_time=o.from_time,
+            until_time=o.until_time,
+            rules=self.rules,
+        )
 
 
 def _known(ends: dict[SourcePartition, int]) -> dict[SourcePartition, int]:

@@ -25,5 +25,6 @@ class RestoreSides(KafkaTarget):
         # stored cluster: a relay into the same topic later resumes after the last one.
         origin = Origin(self.task.store.cluster, work.route.topic, work.route.partition)
         shape = (codecs.BY_NAME[self.target.compression], self.target.batch_size)
-        return KafkaWriter(self.producer(), work.route, origin, latencies, shape,
-                           rules=self.rules_of(work))  # fmt: skip
+        return KafkaWriter(
+            self.producer(), work.route, origin, latencies, shape, rules=self.rules_of(work)
+        )

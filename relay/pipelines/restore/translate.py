@@ -40,8 +40,9 @@ def carry_groups(cfg: Config, routes: list[PartitionRoute], timeout: float) -> l
             if committed is None:
                 continue
             dest = (route.target_topic, route.target_partition)
-            found = first_copy_at_or_after(target, dest, route.key, int(committed), timeout,
-                                           sole=feeders[dest] == 1)  # fmt: skip
+            found = first_copy_at_or_after(
+                target, dest, route.key, int(committed), timeout, sole=feeders[dest] == 1
+            )
             translated[dest] = min(found, translated.get(dest, found))
         if translated:
             consumer_groups.commit_group(target, group, translated, timeout)

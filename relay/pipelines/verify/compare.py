@@ -184,8 +184,11 @@ class Checker:
             return None
         start = last_record_start(item.part, item.record_count)
         same = (item.first, item.last, item.first_timestamp, item.record_count) == (
-            first, last, claim.first_timestamp, claim.record_count
-        ) and claim.part[:start] == item.part[:start]  # fmt: skip
+            first,
+            last,
+            claim.first_timestamp,
+            claim.record_count,
+        ) and claim.part[:start] == item.part[:start]
         if not same:
             self._held = item
             return None
@@ -216,8 +219,14 @@ class Checker:
         for offset in ahead:
             del self._pending[offset]
         self._cursor = cursor
-        return FeederState(self.report(), cursor, self._highest, tuple(self._pending.items()),
-                           self._recent.runs(), self._below)  # fmt: skip
+        return FeederState(
+            self.report(),
+            cursor,
+            self._highest,
+            tuple(self._pending.items()),
+            self._recent.runs(),
+            self._below,
+        )
 
     @property
     def verified_next(self) -> int:
@@ -226,11 +235,17 @@ class Checker:
 
     def report(self) -> PartitionReport:
         return PartitionReport(
-            self.feeder.key, self.dest, self.feeder.start, self.feeder.end, self.compared,
-            self.equal, tuple(sorted(self.counts.items())),
-            tuple(sorted(self.first.values(), key=lambda f: f.kind)), self.not_verified,
+            self.feeder.key,
+            self.dest,
+            self.feeder.start,
+            self.feeder.end,
+            self.compared,
+            self.equal,
+            tuple(sorted(self.counts.items())),
+            tuple(sorted(self.first.values(), key=lambda f: f.kind)),
+            self.not_verified,
             deleted=self.deleted,
-        )  # fmt: skip
+        )
 
     @property
     def deleted(self) -> int:

@@ -43,8 +43,14 @@ class VerifyPipeline(BatchPipeline[VerifyTask, VerifyResult, list[VerifyResult]]
     kind = "verify"
     run = staticmethod(run)
 
-    def __init__(self, plan: VerifyPlan, timeout: float, *, follow: bool = False,
-                 budget: float = PASS_SECONDS):  # fmt: skip
+    def __init__(
+        self,
+        plan: VerifyPlan,
+        timeout: float,
+        *,
+        follow: bool = False,
+        budget: float = PASS_SECONDS,
+    ):
         self.plan, self.timeout, self.follow, self.budget = plan, timeout, follow, budget
         self.states: list[WorkState | None] = [None] * len(plan.works)
         self._bins: list[list[int]] | None = None  # work indexes per task, kept across passes
@@ -58,11 +64,20 @@ class VerifyPipeline(BatchPipeline[VerifyTask, VerifyResult, list[VerifyResult]]
             self._bins = spread(self.plan.works, min(slots, wanted))
         p = self.plan
         return [
-            VerifyTask(p.source, p.target, p.clusters, tuple(p.works[i] for i in indexes),
-                       tuple(self.states[i] for i in indexes), p.filters, self.timeout, p.scope,
-                       self.budget, self.follow)
+            VerifyTask(
+                p.source,
+                p.target,
+                p.clusters,
+                tuple(p.works[i] for i in indexes),
+                tuple(self.states[i] for i in indexes),
+                p.filters,
+                self.timeout,
+                p.scope,
+                self.budget,
+                self.follow,
+            )
             for indexes in self._bins
-        ]  # fmt: skip
+        ]
 
     def total(self, results: list[VerifyResult]) -> list[VerifyResult]:
         assert self._bins is not None

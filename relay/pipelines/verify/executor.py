@@ -110,9 +110,13 @@ def run(task: VerifyTask) -> VerifyResult:
 
 
 def _checkers(
-    work: DestWork, state: WorkState, task: VerifyTask, source: Side, filters: list[Filter],
+    work: DestWork,
+    state: WorkState,
+    task: VerifyTask,
+    source: Side,
+    filters: list[Filter],
     skip: set[str],
-) -> dict[SourcePartition, Checker]:  # fmt: skip
+) -> dict[SourcePartition, Checker]:
     dest = (work.topic, work.partition)
     keep_type = isinstance(task.target, StoreConfig)
     checkers: dict[SourcePartition, Checker] = {}
@@ -124,9 +128,13 @@ def _checkers(
 
 
 def _check(
-    work: DestWork, state: WorkState, task: VerifyTask, checkers: dict[SourcePartition, Checker],
-    target: Side, deadline: float,
-) -> tuple[WorkState, int]:  # fmt: skip
+    work: DestWork,
+    state: WorkState,
+    task: VerifyTask,
+    checkers: dict[SourcePartition, Checker],
+    target: Side,
+    deadline: float,
+) -> tuple[WorkState, int]:
     """One destination partition against its feeders, from `state` on; records naming no
     feeder are counted apart, those of an earlier incarnation of a feeder's topic too."""
     stray, first_stray, position, read = state.stray, state.first_stray, state.dest_next, 0
@@ -138,28 +146,44 @@ def _check(
                 found, read = _claimed(item, checkers), read + item.record_count
             else:
                 found, read = [item], read + 1
-            for key, source_offset, dest_offset, copy, where in found:
-                checker = checkers.get(key) if key is not None else None
-                if checker is not None:
-                    checker.claim(source_offset, dest_offset, copy, where)
-                elif (later := _later(key, checkers)) is not None:
-                    earlier[later] = earlier.get(later, 0) + 1
-                else:
-                    stray += 1
-                    first_stray = dest_offset if first_stray < 0 else first_stray
+            strays = _claim(found, checkers, earlier)
+            if strays:
+                stray += len(strays)
+                first_stray = strays[0] if first_stray < 0 else first_stray
         position = chunk.next_position
         if time.monotonic() > deadline:
             finished = False
             break
     notes = target.notes(work)
     if finished and not task.follow:
-        feeders = tuple(FeederState(c.finish(), f.end) for f, c in zip(work.feeders,
-                        checkers.values(), strict=True))  # fmt: skip
+        feeders = tuple(
+            FeederState(c.finish(), f.end)
+            for f, c in zip(work.feeders, checkers.values(), strict=True)
+        )
         feeders = _noted(_earlier(feeders, work, earlier), notes)
         return WorkState(position, feeders, stray, first_stray, True), read
     margin = 0 if task.follow else MARGIN
     feeders = _earlier(tuple(c.settle(margin) for c in checkers.values()), work, earlier)
     return WorkState(position, _noted(feeders, notes), stray, first_stray), read
+
+
+def _claim(
+    found: list[Found],
+    checkers: dict[SourcePartition, Checker],
+    earlier: dict[SourcePartition, int],
+) -> list[int]:
+    """Each record found to its feeder's checker, or counted in `earlier` (a copy of an earlier
+    incarnation of a feeder's topic); the destination offsets of those naming no feeder."""
+    strays = []
+    for key, source_offset, dest_offset, copy, where in found:
+        checker = checkers.get(key) if key is not None else None
+        if checker is not None:
+            checker.claim(source_offset, dest_offset, copy, where)
+        elif (later := _later(key, checkers)) is not None:
+            earlier[later] = earlier.get(later, 0) + 1
+        else:
+            strays.append(dest_offset)
+    return strays
 
 
 def _later(
@@ -213,9 +237,12 @@ class KafkaSide:
         # moves on. Not 0: such a fetch got no answer at all here (kafka-python 3.0.12 against
         # Tansu; not looked into further), 10 ms works.
         self.fetcher = BatchFetcher(
-            cluster, timeout, max_wait=MAX_WAIT, partition_max_bytes=FETCH_BYTES,
+            cluster,
+            timeout,
+            max_wait=MAX_WAIT,
+            partition_max_bytes=FETCH_BYTES,
             max_bytes=FETCH_BYTES,
-        )  # fmt: skip
+        )
 
     def expected(
         self, feeder: Feeder, cursor: int, scope: Scope, kept: Kept, keep_type: bool
@@ -338,8 +365,9 @@ def _kept(key: SourcePartition, filters: list[Filter], skip: set[str], record: D
     """Whether the relay copies this source record: every filter allows it. A filter that
     raises drops it under on_error = "skip" (as the relay does); otherwise the relay stopped
     there, and nothing past it can be judged."""
-    view = FilterRecord(key[0], key[1], record.offset, record.timestamp, record.key,
-                        record.value, list(record.headers))  # type: ignore[arg-type]  # fmt: skip
+    # as the relay hands records to filters: a header's value may be None (FilterRecord says bytes)
+    headers: list[tuple[str, bytes]] = list(record.headers)  # type: ignore[arg-type]
+    view = FilterRecord(*key, record.offset, record.timestamp, record.key, record.value, headers)
     try:
         return apply_filters(filters, view) is None
     except FilterRuntimeError as exc:

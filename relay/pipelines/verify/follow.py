@@ -79,8 +79,13 @@ class Follower:
             if count > seen:
                 m.verify_mismatches.labels(*labels, kind).inc(count - seen)
                 if not seen:
-                    log.warning("verify: %s: %s %d (first: %s)", report.name(one), kind,
-                                count, report.where(first[kind]))  # fmt: skip
+                    log.warning(
+                        "verify: %s: %s %d (first: %s)",
+                        report.name(one),
+                        kind,
+                        count,
+                        report.where(first[kind]),
+                    )
                 self._counted[(which, kind)] = count
         if one.not_verified and (which, "not verified") not in self._counted:
             log.warning("verify: %s was not verified: %s", report.name(one), one.not_verified)
@@ -148,8 +153,12 @@ def follow(cfg: Config, pipeline: VerifyPipeline, engine: Spark) -> int:
     if cfg.verify.metrics_addr is not None:
         stale = max(30.0, 10 * cfg.verify.interval)
         server = MetricsServer(metrics, cfg.verify.metrics_addr, lambda: _health(follower, stale))
-    log.info("verify --follow: %d destination partition(s) of a %s, a pass every %.1fs",
-             len(pipeline.plan.works), pipeline.plan.kind, cfg.verify.interval)  # fmt: skip
+    log.info(
+        "verify --follow: %d destination partition(s) of a %s, a pass every %.1fs",
+        len(pipeline.plan.works),
+        pipeline.plan.kind,
+        cfg.verify.interval,
+    )
     try:
         while not stop.is_set():
             follower.one_pass(engine)
@@ -157,8 +166,11 @@ def follow(cfg: Config, pipeline: VerifyPipeline, engine: Spark) -> int:
     finally:
         if server is not None:
             server.close()
-    log.info("verify --follow stopped after %d passes: %s", follower.passes,
-             report.summary(pipeline.reports()))  # fmt: skip
+    log.info(
+        "verify --follow stopped after %d passes: %s",
+        follower.passes,
+        report.summary(pipeline.reports()),
+    )
     return 1 if follower.mismatches else 0
 
 
@@ -166,5 +178,8 @@ def _health(follower: Follower, stale: float) -> tuple[bool, dict[str, object]]:
     """Healthy while nothing differs and passes keep coming."""
     age = follower.age
     ok = follower.mismatches == 0 and age < stale
-    return ok, {"passes": follower.passes, "mismatches": follower.mismatches,
-                "last_pass_age": round(age, 1)}  # fmt: skip
+    return ok, {
+        "passes": follower.passes,
+        "mismatches": follower.mismatches,
+        "last_pass_age": round(age, 1),
+    }

@@ -78,8 +78,14 @@ def _relay(cfg: Config, failover: bool, selection: Selection | None, scope: Scop
     from relay.pipelines.relay.driver import RelayPipeline
 
     filters = load_filters(cfg)
-    relay = RelayPipeline(cfg, stop_event=threading.Event(), metrics=Metrics(),
-                          failover=failover, dry_run=True, filters=filters)  # fmt: skip
+    relay = RelayPipeline(
+        cfg,
+        stop_event=threading.Event(),
+        metrics=Metrics(),
+        failover=failover,
+        dry_run=True,
+        filters=filters,
+    )
     try:
         # a relay's start-up lines
         with _quiet("relay.provenance.resume", "relay.pipelines.source_plan"):
@@ -108,14 +114,21 @@ def _backup(cfg: Config, failover: bool, selection: Selection | None, scope: Sco
     routes = select(routes, selection)
     for topic in sorted({r.topic for r in routes}):
         if not store.list_partitions(store_cfg.cluster, topic):
-            raise ConfigError(f"[store].url: {store.describe()} holds no segment of {topic!r} "
-                              f"(cluster {store_cfg.cluster!r})")  # fmt: skip
+            raise ConfigError(
+                f"[store].url: {store.describe()} holds no segment of {topic!r} "
+                f"(cluster {store_cfg.cluster!r})"
+            )
     begin, end = admin.offset_bounds(source, [r.key for r in routes], _timeout(cfg))
     works = tuple(
-        DestWork(r.topic, r.partition, begin[r.key], end[r.key],
-                 (Feeder(r.key, begin[r.key], end[r.key]),))
+        DestWork(
+            r.topic,
+            r.partition,
+            begin[r.key],
+            end[r.key],
+            (Feeder(r.key, begin[r.key], end[r.key]),),
+        )
         for r in routes
-    )  # fmt: skip
+    )
     return VerifyPlan("backup", source, store_cfg, works, filters, (store_cfg.cluster,), scope)
 
 
@@ -125,12 +138,15 @@ def _restore(cfg: Config, selection: Selection | None, scope: Scope) -> VerifyPl
     stored = {t.source: store.partition_count(store_cfg.cluster, t.source) for t in cfg.topics}
     empty = [topic for topic, count in stored.items() if count == 0]
     if empty:
-        raise ConfigError(f"[store].url: {store.describe()} holds no segment of {empty[0]!r} "
-                          f"(cluster {store_cfg.cluster!r})")  # fmt: skip
+        raise ConfigError(
+            f"[store].url: {store.describe()} holds no segment of {empty[0]!r} "
+            f"(cluster {store_cfg.cluster!r})"
+        )
     timeout = _timeout(cfg)
     counts = admin.partition_counts(target, [t.target for t in cfg.topics], timeout)
-    routes = select(plan_routes(cfg.topics, stored, counts, store.describe(), describe(target)),
-                    selection)  # fmt: skip
+    routes = select(
+        plan_routes(cfg.topics, stored, counts, store.describe(), describe(target)), selection
+    )
     feeders: dict[tuple[str, int], list[Feeder]] = defaultdict(list)
     for r in routes:
         end = store.next_offset(store_cfg.cluster, r.topic, r.partition) or 0
@@ -159,10 +175,15 @@ def _dest_works(
     except KafkaSetupError as exc:
         raise ConfigError(f"[target]: {exc}") from exc
     return tuple(
-        DestWork(topic, partition, dst_begin[(topic, partition)], dst_end[(topic, partition)],
-                 tuple(sorted(fs, key=lambda f: f.key)))
+        DestWork(
+            topic,
+            partition,
+            dst_begin[(topic, partition)],
+            dst_end[(topic, partition)],
+            tuple(sorted(fs, key=lambda f: f.key)),
+        )
         for (topic, partition), fs in sorted(feeders.items())
-    )  # fmt: skip
+    )
 
 
 def _store(cfg: StoreConfig) -> SegmentStore:

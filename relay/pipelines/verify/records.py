@@ -178,8 +178,14 @@ def expected(
                 continue  # --sample: nothing in it is checked, and claims of it are ignored
             if whole and _whole(batch, feeder):
                 h = batch.header
-                yield Whole(h.base_offset, batch.last_offset, h.first_timestamp, batch.records(),
-                            h.record_count, -1)  # fmt: skip
+                yield Whole(
+                    h.base_offset,
+                    batch.last_offset,
+                    h.first_timestamp,
+                    batch.records(),
+                    h.record_count,
+                    -1,
+                )
                 continue
             yield from _expected_records(batch, feeder, scope, kept, keep_type)
 
@@ -196,9 +202,12 @@ def _whole(batch: SourceBatch, feeder: Feeder) -> bool:
 
 
 def _expected_records(
-    batch: SourceBatch, feeder: Feeder, scope: Scope, kept: Callable[[Decoded], bool] | None,
+    batch: SourceBatch,
+    feeder: Feeder,
+    scope: Scope,
+    kept: Callable[[Decoded], bool] | None,
     keep_type: bool,
-) -> Iterator[tuple[int, Copy | None]]:  # fmt: skip
+) -> Iterator[tuple[int, Copy | None]]:
     topic, partition = feeder.key
     header = batch.header
     kind = (1 if header.attributes & LOG_APPEND_TIME else 0) if keep_type else -1
@@ -257,8 +266,9 @@ def claims(
     if found is not None and found.batch:
         if wanted is not None and not wanted(found):
             return
-        one = BatchClaim(found, header.base_offset, header.first_timestamp, buf,
-                         header.record_count)  # fmt: skip
+        one = BatchClaim(
+            found, header.base_offset, header.first_timestamp, buf, header.record_count
+        )
         fits = found.records == header.record_count
         if whole and fits and len(found.runs) == 1 and not header.attributes & LOG_APPEND_TIME:
             yield one

@@ -23,8 +23,10 @@ def line(report: PartitionReport, scope: str = "") -> str:
     head = f"{name(report)}: {report.compared} compared, {report.equal} equal"
     notes = list(report.notes)
     if report.deleted:
-        notes.append(f"{report.deleted} deleted at the source before they were copied (below "
-                     f"its log start, {report.start})")  # fmt: skip
+        notes.append(
+            f"{report.deleted} deleted at the source before they were copied (below "
+            f"its log start, {report.start})"
+        )
     if report.earlier:
         notes.append(f"{report.earlier} copies of an earlier incarnation, not compared")
     tail = "".join(f"; {note}" for note in notes) + (f" [{scope}]" if scope else "")
@@ -48,8 +50,11 @@ def summary(reports: Sequence[PartitionReport], scope: str = "") -> str:
     deleted = sum(r.deleted for r in checked)
     tail += f"; {deleted} deleted at the source before they were copied" if deleted else ""
     earlier = sum(r.earlier for r in checked)
-    tail += (f"; {earlier} copies of a recreated source topic's earlier incarnation, not compared"
-             if earlier else "")  # fmt: skip
+    tail += (
+        f"; {earlier} copies of a recreated source topic's earlier incarnation, not compared"
+        if earlier
+        else ""
+    )
     return (
         f"verify: {len(checked)} partitions, {exact} exact, {differ} differ, {unverified} not "
         f"verified; {compared} records compared{tail}" + (f" [{scope}]" if scope else "")
@@ -86,9 +91,9 @@ def write_json(
 
 
 def _as_dict(report: PartitionReport) -> dict[str, object]:
+    key = report.key
     return {
-        "source": None if report.key is None else {"topic": report.key[0],
-                                                   "partition": report.key[1]},
+        "source": None if key is None else {"topic": key[0], "partition": key[1]},
         "destination": {"topic": report.dest[0], "partition": report.dest[1]},
         "range": [report.start, report.end],
         "compared": report.compared,
@@ -99,10 +104,15 @@ def _as_dict(report: PartitionReport) -> dict[str, object]:
         "notes": list(report.notes),
         "deleted_at_source": report.deleted,
         "earlier": report.earlier,
-        "first": {f.kind: {"source_offset": _none(f.source_offset),
-                           "destination_offset": _none(f.dest_offset),
-                           "segment": f.where or None} for f in report.first},
-    }  # fmt: skip
+        "first": {
+            f.kind: {
+                "source_offset": _none(f.source_offset),
+                "destination_offset": _none(f.dest_offset),
+                "segment": f.where or None,
+            }
+            for f in report.first
+        },
+    }
 
 
 def where(finding: Finding) -> str:

@@ -188,8 +188,18 @@ class WorkState:
         out = [f.report for f in self.feeders]
         if self.stray:
             first = Finding("unexpected", -1, self.first_stray)
-            out.append(PartitionReport(None, (work.topic, work.partition), 0, 0, self.stray, 0,
-                                       (("unexpected", self.stray),), (first,)))  # fmt: skip
+            out.append(
+                PartitionReport(
+                    None,
+                    (work.topic, work.partition),
+                    0,
+                    0,
+                    self.stray,
+                    0,
+                    (("unexpected", self.stray),),
+                    (first,),
+                )
+            )
         return out
 
 
