@@ -9,10 +9,10 @@ the destination acknowledged.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka import errors as kafka_errors
+from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
@@ -63,7 +63,7 @@ class SourceReader:
             self._consumer.seek(self._tps[key], offset)
         self.losses = []
 
-    def poll(self, timeout: float) -> dict[TP, list[Any]]:
+    def poll(self, timeout: float) -> dict[TP, list[ConsumerRecord]]:
         try:
             batch = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)))
         except kafka_errors.OffsetOutOfRangeError as exc:
@@ -157,7 +157,7 @@ class SourceReader:
         """Commit without waiting, so a slow or dead source never stalls the loop; `done` is
         called once the commit succeeded."""
 
-        def callback(_offsets: Any, response: Any) -> None:
+        def callback(_offsets: dict[TopicPartition, OffsetAndMetadata], response: object) -> None:
             if not isinstance(response, BaseException):
                 done()
 
