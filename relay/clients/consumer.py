@@ -79,8 +79,7 @@ class SourceReader:
         parts from the one read (an unclean leader election, even once the new log has grown
         past them): each a truncation (relay.losses), kept for the task to take, which halts
         the partition. A divergence the leader cannot place fails the poll, as before."""
-        parts = {(tp.topic, tp.partition): found
-                 for tp, found in error.divergent_offsets.items()}  # fmt: skip
+        parts = {(tp.topic, tp.partition): found for tp, found in error.divergent_offsets.items()}
         if not parts or any(key not in self._tps or found is None for key, found in parts.items()):
             raise error
         positions = self.positions(parts)

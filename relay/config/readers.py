@@ -33,17 +33,9 @@ _SECRET_WORDS = ("password", "secret", "token")
 _D = TypeVar("_D", bound="DataclassInstance")  # a config dataclass `_build` reads
 
 # A value as a TOML parser reads it
-TomlValue: TypeAlias = (
-    str
-    | int
-    | float
-    | bool
-    | datetime.datetime
-    | datetime.date
-    | datetime.time
-    | list["TomlValue"]
-    | dict[str, "TomlValue"]
-)
+_TomlTime: TypeAlias = datetime.datetime | datetime.date | datetime.time
+_TomlScalar: TypeAlias = str | int | float | bool | _TomlTime
+TomlValue: TypeAlias = _TomlScalar | list["TomlValue"] | dict[str, "TomlValue"]
 
 
 @dataclass(frozen=True)
