@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Protocol
 
-from relay.config import ON_ERROR
+from relay.config import ON_ERROR, Config, FilterConfig
 from relay.errors import FilterError
 
 
@@ -31,7 +31,7 @@ class Filter(Protocol):
 
     id: str
 
-    def is_allowed(self, record: Any) -> bool: ...
+    def is_allowed(self, record: FilterRecord) -> bool: ...
 
 
 class FilterRuntimeError(Exception):
@@ -60,7 +60,7 @@ class FilterSpec:
     path: str  # for messages and tracebacks only; executors never open it
     # Out of repr: the source is long, and config may hold credentials for a lookup service.
     source: str = field(repr=False)
-    config: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+    config: tuple[tuple[str, object], ...] = field(default=(), repr=False)
     on_error: str = "stop"
     check_id: bool = True
     section: str | None = None  # "pii" for [filters.pii]; None for --filter PATH
@@ -76,7 +76,7 @@ class FilterSpec:
         cls,
         id: str,
         path: str | Path,
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, object] | None = None,
         on_error: str = "stop",
         check_id: bool = True,
         section: str | None = None,
@@ -103,7 +103,7 @@ class FilterSpec:
     def source_sha256(self) -> str:
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
 
-    def config_dict(self) -> dict[str, Any]:
+    def config_dict(self) -> dict[str, object]:
         # A deep copy, so a filter that mutates its config cannot change the spec.
         return copy.deepcopy(dict(self.config))
 
@@ -125,7 +125,7 @@ class FilterRecord:
         return f"FilterRecord(topic={self.topic!r} partition={self.partition} offset={self.offset})"
 
 
-def specs_from_config(filters: Iterable[Any]) -> tuple[FilterSpec, ...]:
+def specs_from_config(filters: Iterable[FilterConfig]) -> tuple[FilterSpec, ...]:
     """Specs for the config's filters (relay.config.FilterConfig: a `[filters.<id>]` section,
     whose id is checked, or a file named only with --filter, whose id is not)."""
     return tuple(
@@ -141,7 +141,7 @@ def specs_from_config(filters: Iterable[Any]) -> tuple[FilterSpec, ...]:
     )
 
 
-def load_filters(cfg: Any) -> tuple[FilterSpec, ...]:
+def load_filters(cfg: Config) -> tuple[FilterSpec, ...]:
     """The one path from a config (its `[filters.<id>]` sections and `--filter` files) to the
     specs every record-moving command ships to its tasks; each is loaded once here, on the
     driver, so a bad filter fails before any Spark work."""
@@ -196,7 +196,7 @@ def load_count() -> int:
     return _load_count
 
 
-def apply_filters(filters: Sequence[Filter], record: Any) -> str | None:
+def apply_filters(filters: Sequence[Filter], record: FilterRecord) -> str | None:
     """The id of the first filter that rejects record, or None if all allow it."""
     for flt in filters:
         try:

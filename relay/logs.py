@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is imported only when a console is given
+    from rich.console import Console
 
 _NOISY = ("kafka", "py4j", "pyspark")
 
@@ -34,7 +37,7 @@ def _ours_or_warning(record: logging.LogRecord) -> bool:
 
 
 def setup_logging(
-    level: str, *, debug: bool = False, fmt: str = "text", console: Any = None
+    level: str, *, debug: bool = False, fmt: str = "text", console: Console | None = None
 ) -> None:
     """Log to stderr; with a rich `console` (live progress on), through it, so log lines and
     the live table do not overwrite each other."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Protocol
 
 BEFORE_MAX = "message.timestamp.before.max.ms"
 AFTER_MAX = "message.timestamp.after.max.ms"
@@ -106,8 +106,19 @@ class Refusal:
     reason: str  # the broker config (or rule) and the record's side of it
 
 
+class SentRecord(Protocol):
+    """What `first_refused` reads of a record: a decoded source record or its stand-in."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+
+
 def first_refused(
-    records: Iterable[Any], rules: TopicRules | None, now_ms: int, named: int | None = None
+    records: Iterable[SentRecord], rules: TopicRules | None, now_ms: int, named: int | None = None
 ) -> Refusal | None:
     """The first record (each with `offset`, `timestamp`, `key`) of a refused batch that the
     destination refuses: the one the broker named (`named`: its index in the batch), else the

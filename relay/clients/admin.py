@@ -14,10 +14,10 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource
+from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import (
     IncompatibleBrokerVersion,
     KafkaTimeoutError,
@@ -151,6 +151,10 @@ def require_topics(consumer: KafkaConsumer, cluster: ClusterConfig, tps: Iterabl
 
 
 # A partition's (beginning, listed end) -> its real end, as one node answered them last time.
+# A partition whose beginning and listed end are what they were is not fetched again: any append
+# (a transaction's marker too) moves the listed end on both brokers, so its last batch, hence
+# its real end, is the same (a health check of 2,000 idle partitions: no fetch instead of one
+# that brings 2,000 batches).
 EndMemo = dict[TopicPartition, tuple[int, int, int]]
 END_PROBE_BYTES = 64 * 1024  # a fetch whose answer's header is all that is read
 
@@ -182,10 +186,7 @@ def real_end_offsets(
     both, and a fetch's last stable offset is exact on both (measured on Tansu 0.6 with a
     transaction open, committed and aborted).
 
-    `memo` (kept by the caller for one node, updated here): a partition whose beginning and
-    listed end are what they were is not fetched again. Any append (a transaction's marker too)
-    moves the listed end on both brokers, so its last batch, hence its real end, is the same (a
-    health check of 2,000 idle partitions: no fetch instead of one that brings 2,000 batches).
+    `memo` (kept by the caller for one node, updated here): see `EndMemo`.
     """
     if not tps:
         return {}
@@ -218,8 +219,9 @@ def _fetched_ends(
     if not tps:
         return {}
     positions = {(tp.topic, tp.partition): max(begin[tp], listed[tp] - 1) for tp in tps}
-    floor = {key: 0 if cluster.read_committed else listed[TopicPartition(*key)]
-             for key in positions}  # fmt: skip
+    floor = {
+        key: 0 if cluster.read_committed else listed[TopicPartition(*key)] for key in positions
+    }
     make = functools.partial(BatchFetcher, cluster, timeout, partition_max_bytes=END_PROBE_BYTES)
     deadline = time.monotonic() + timeout
     ends: dict[TP, int] = {}
@@ -260,12 +262,14 @@ def health_end_offsets(
     return {(tp.topic, tp.partition): end for tp, end in ends.items()}
 
 
-def records_at(cluster: ClusterConfig, wanted: dict[TP, int], timeout: float) -> dict[TP, Any]:
+def records_at(
+    cluster: ClusterConfig, wanted: dict[TP, int], timeout: float
+) -> dict[TP, ConsumerRecord | None]:
     """The record at each (partition, offset), or None where that offset holds no record.
     Read uncommitted whatever the cluster's isolation level: whether two nodes' logs line up
     does not depend on how their transactions ended (a destination an older ktm wrote read
     uncommitted may end on an aborted record)."""
-    found: dict[TP, Any] = {}
+    found: dict[TP, ConsumerRecord | None] = {}
     with probe_consumer(_listing(cluster), timeout) as consumer:
         require_topics(consumer, cluster, wanted)
         for key, offset in wanted.items():
@@ -276,11 +280,11 @@ def records_at(cluster: ClusterConfig, wanted: dict[TP, int], timeout: float) ->
 
 def read_range(
     consumer: KafkaConsumer, tp: TopicPartition, lower: int, upper: int, timeout: float
-) -> list[Any]:
+) -> list[ConsumerRecord]:
     """Records with lower <= offset < upper. Offsets may have gaps (compaction, markers)."""
     consumer.assign([tp])
     consumer.seek(tp, lower)
-    out: list[Any] = []
+    out: list[ConsumerRecord] = []
     deadline = time.monotonic() + timeout
     while consumer.position(tp) < upper:
         if time.monotonic() > deadline:
@@ -328,11 +332,11 @@ def broker_settings(cluster: ClusterConfig, names: Iterable[str], timeout: float
     return {name: _config_value(configs[name]) for name in names if name in configs}
 
 
-def _source(data: Any) -> str | None:
+def _source(data: object) -> str | None:
     return data.get("config_source") if isinstance(data, dict) else None
 
 
-def _config_value(data: Any) -> str:
+def _config_value(data: object) -> str:
     """A described config's value: kafka-python gives a dict per config (or the bare value)."""
     value = data.get("value") if isinstance(data, dict) else data
     return "" if value is None else str(value)
@@ -351,9 +355,14 @@ def probe(
     how long the answer took, and the partitions that failed, with their errors."""
     # min_bytes 1: answered as soon as anything is there (the configured wait, not 0: Tansu
     # answers a fetch that may not wait at all with no partition)
-    fetcher = BatchFetcher(cluster, fetch.timeout, max_wait=fetch.max_wait, min_bytes=1,
-                           partition_max_bytes=fetch.partition_max_bytes,
-                           max_bytes=fetch.max_bytes)  # fmt: skip
+    fetcher = BatchFetcher(
+        cluster,
+        fetch.timeout,
+        max_wait=fetch.max_wait,
+        min_bytes=1,
+        partition_max_bytes=fetch.partition_max_bytes,
+        max_bytes=fetch.max_bytes,
+    )
     try:
         fetcher.fetch(positions, fetch.timeout)  # connections and metadata: not timed
         began = time.monotonic()

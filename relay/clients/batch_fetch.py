@@ -41,44 +41,22 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kafka import TopicPartition
 from kafka import errors as kafka_errors
+from kafka.future import Future
 from kafka.net.compat import KafkaNetClient
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchResponse
 
+from relay.clients.fetch_protocol import TP, Fetched, FetchTerms
 from relay.clients.fetch_session import FetchSession, NextFetch, Wanted
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
-
-_FetchTopic = FetchRequest.FetchTopic
-_FetchPartition = _FetchTopic.FetchPartition
-_ForgottenTopic = FetchRequest.ForgottenTopic
-_READ_UNCOMMITTED, _READ_COMMITTED = 0, 1
-_MIN_VERSION = 4  # the first with magic-2 batches, last stable offset and aborted transactions
-_MAX_VERSION = 12  # the last addressing topics by name (13 uses topic ids)
 _FRAME_MARGIN = 1024 * 1024  # a response's headers around its records
-
-
-class Fetched(NamedTuple):
-    """One partition's answer."""
-
-    data: bytes  # record batches as stored; may end with a partial batch
-    high_watermark: int
-    log_start_offset: int
-    error: BaseException | None = None
-    # Where a reader at the fetch's isolation level stops: the last stable offset under
-    # read_committed (no open transaction's record lies before it), else the high watermark.
-    end: int = -1
-    aborted: tuple[tuple[int, int], ...] = ()  # (producer id, first offset): read_committed
-    # The leader's log diverges from the one the fetch's last fetched epoch was read from at
-    # this offset (the end of that epoch on the leader): -1 when it does not.
-    diverged: int = -1
 
 
 class Answer(NamedTuple):
@@ -93,7 +71,7 @@ class _OnTheWire:
     """One fetch sent to a broker and not answered yet."""
 
     node: int
-    future: Any
+    future: Future
     offsets: dict[TP, int]  # every partition it covers (a session's too), at its fetch offset
     sent_at: float
     wanted: bool = True  # False once abandoned: its answer is dropped
@@ -112,7 +90,8 @@ class BatchFetcher:
         max_bytes: int = 64 * 1024 * 1024,
         sessions: bool = False,
         lanes: int = 1,
-        client: Any = None,  # unit tests pass a stand-in for kafka-python's network client
+        # unit tests pass a stand-in for kafka-python's network client
+        client: KafkaNetClient | None = None,
     ):
         if client is None:
             settings = client_settings(cluster, request_timeout)
@@ -121,11 +100,8 @@ class BatchFetcher:
             # A fetch names its topics in metadata requests: they must not create them.
             client = never_create_topics(KafkaNetClient(**settings))
         self._client = client
-        self._committed = cluster.read_committed
-        self._max_wait_ms = int(max_wait * 1000)
-        self._min_bytes = min_bytes
+        self._terms = FetchTerms(cluster.read_committed, int(max_wait * 1000), min_bytes, max_bytes)
         self._partition_max_bytes = partition_max_bytes
-        self._max_bytes = max_bytes
         self._sessions: dict[tuple[int, int], FetchSession] | None = {} if sessions else None
         self._wire: dict[tuple[int, int], _OnTheWire] = {}  # by (node, lane)
         self._lanes_per_node = max(1, lanes)
@@ -145,12 +121,15 @@ class BatchFetcher:
         not be asked: its leader is unknown."""
         self._know_topics({topic for topic, _ in positions})
         refused: list[Answer] = []
+        last_epochs = epochs or {}
         for node, keys in self._by_leader(positions, refused).items():
             for lane, lane_keys in self._by_lane(keys).items():
                 self._lanes.add((node, lane))
                 if (node, lane) not in self._wire:
-                    wanted = {key: (positions[key], self._partition_max_bytes,
-                                    (epochs or {}).get(key, -1)) for key in lane_keys}  # fmt: skip
+                    wanted = {
+                        key: (positions[key], self._partition_max_bytes, last_epochs.get(key, -1))
+                        for key in lane_keys
+                    }
                     self._wire[(node, lane)] = self._send_to((node, lane), wanted)
         if refused and not self._wire:
             # nothing on the wire polls the client: the metadata update asked for the unknown
@@ -257,7 +236,8 @@ class BatchFetcher:
         else:
             plan = NextFetch(0, -1, wanted, [], True)
         offsets = {key: w[0] for key, w in wanted.items()}
-        future = self._client.send(node, self._request(plan))
+        self._turn += 1
+        future = self._client.send(node, self._terms.request(plan, self._turn))
         return _OnTheWire(node, future, offsets, time.monotonic(), True, session)
 
     def _answers_of(self, wire: _OnTheWire) -> list[Answer]:
@@ -273,8 +253,8 @@ class BatchFetcher:
             ]
         response = wire.future.value
         if wire.session is not None:
-            wire.session.answered(getattr(response, "error_code", 0),
-                                  getattr(response, "session_id", 0))  # fmt: skip
+            code = getattr(response, "error_code", 0)
+            wire.session.answered(code, getattr(response, "session_id", 0))
         if not wire.wanted:
             return []
         answers = []
@@ -283,7 +263,7 @@ class BatchFetcher:
                 answers.append(Answer(key, wire.offsets[key], fetched, node))
         return answers
 
-    def _parts(self, response: Any) -> Iterable[tuple[TP, Fetched]]:
+    def _parts(self, response: FetchResponse) -> Iterable[tuple[TP, Fetched]]:
         for topic in response.responses:
             for part in topic.partitions:
                 key = (topic.topic, part.partition_index)
@@ -292,22 +272,7 @@ class BatchFetcher:
                     error = kafka_errors.for_code(part.error_code)(f"{key[0]}[{key[1]}]")
                     if isinstance(error, kafka_errors.InvalidMetadataError):
                         self._client.cluster.request_update()
-                yield key, self._fetched(part, error)
-
-    def _fetched(self, part: Any, error: BaseException | None) -> Fetched:
-        end = part.high_watermark
-        aborted: tuple[tuple[int, int], ...] = ()
-        if self._committed:
-            # Every broker of Fetch v4+ answers the last stable offset (-1 only with an error);
-            # Tansu's is right (measured with a transaction open, committed and aborted), but it
-            # lists no aborted transaction: their records reach a read_committed reader there.
-            if part.last_stable_offset >= 0:
-                end = part.last_stable_offset
-            aborted = tuple(
-                (txn.producer_id, txn.first_offset) for txn in part.aborted_transactions or ()
-            )
-        return Fetched(part.records or b"", part.high_watermark, part.log_start_offset, error,
-                       end, aborted, _diverged(part))  # fmt: skip
+                yield key, self._terms.fetched(part, error)
 
     def _know_topics(self, topics: set[str]) -> None:
         """Metadata for `topics`, asked for when missing and polled briefly: a partition
@@ -318,7 +283,7 @@ class BatchFetcher:
         future = cluster.set_topics(topics | set(cluster.topics()))
         self._client.poll(timeout_ms=_METADATA_WAIT_MS, future=future)
 
-    def _by_leader(self, positions: Iterable[TP], refused: list[Answer]) -> dict[int, list[TP]]:
+    def _by_leader(self, positions: Mapping[TP, int], refused: list[Answer]) -> dict[int, list[TP]]:
         by_node: dict[int, list[TP]] = defaultdict(list)
         cluster = self._client.cluster
         for key in positions:
@@ -326,7 +291,7 @@ class BatchFetcher:
             if leader is None or leader == -1:
                 cluster.request_update()
                 error = kafka_errors.LeaderNotAvailableError(str(key))
-                refused.append(Answer(key, positions[key], _failed(error), "?"))  # type: ignore[index]
+                refused.append(Answer(key, positions[key], _failed(error), "?"))
             else:
                 by_node[leader].append(key)
         return by_node
@@ -334,44 +299,6 @@ class BatchFetcher:
     def _address(self, node: int) -> str:
         broker = self._client.cluster.broker_metadata(node)
         return f"{broker.host}:{broker.port}" if broker is not None else f"node {node}"
-
-    def _request(self, plan: NextFetch) -> FetchRequest:
-        # A broker fills an answer's max_bytes in the request's order: the order turns from one
-        # request to the next, so that with more data than fits, no partition waits behind
-        # the same others every time (what Kafka's consumer does too).
-        entries = list(plan.send.items())
-        self._turn += 1
-        turn = self._turn % len(entries) if entries else 0
-        by_topic: dict[str, list[Any]] = defaultdict(list)
-        for (topic, partition), (offset, max_bytes, epoch) in entries[turn:] + entries[:turn]:
-            by_topic[topic].append(
-                _FetchPartition(
-                    partition=partition,
-                    current_leader_epoch=-1,
-                    fetch_offset=offset,
-                    last_fetched_epoch=epoch,
-                    log_start_offset=-1,
-                    partition_max_bytes=max_bytes,
-                )
-            )
-        forgotten: dict[str, list[int]] = defaultdict(list)
-        for topic, partition in plan.forget:
-            forgotten[topic].append(partition)
-        return FetchRequest(
-            max_wait_ms=self._max_wait_ms,
-            min_bytes=self._min_bytes,
-            max_bytes=self._max_bytes,
-            isolation_level=_READ_COMMITTED if self._committed else _READ_UNCOMMITTED,
-            session_id=plan.session_id,
-            session_epoch=plan.epoch,
-            topics=[_FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
-            forgotten_topics_data=[
-                _ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()
-            ],
-            rack_id="",
-            min_version=_MIN_VERSION,
-            max_version=_MAX_VERSION,
-        )
 
     def close(self) -> None:
         if not self._closed:
@@ -386,15 +313,6 @@ _LEADER_WAIT_MS = 200  # the same for a partition whose leader is unknown (one b
 def out_of_range(error: BaseException) -> bool:
     """A fetch outside the partition's log: records lost before they were read (relay.losses)."""
     return isinstance(error, kafka_errors.OffsetOutOfRangeError)
-
-
-def _diverged(part: Any) -> int:
-    """Where the leader's log parts from the one the last fetched epoch was read from (Fetch
-    v12+'s DivergingEpoch, -1 by default; older versions have none)."""
-    epoch = getattr(part, "diverging_epoch", None)
-    if epoch is None or epoch.epoch < 0 or epoch.end_offset < 0:
-        return -1
-    return int(epoch.end_offset)
 
 
 def _failed(error: BaseException) -> Fetched:

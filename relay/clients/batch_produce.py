@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kafka import KafkaProducer, TopicPartition
 from kafka.errors import IllegalStateError, RecordListTooLargeError
@@ -48,6 +48,9 @@ from kafka.record.memory_records import MemoryRecords
 from relay import internals
 from relay.batches import DestBatch, stamp_producer
 from relay.clients.delivery import NOT_WRITTEN, UNKNOWN, Delivery
+
+if TYPE_CHECKING:  # kafka-python's own class (untyped: it says what an argument is)
+    from kafka.producer.record_accumulator import RecordAccumulator
 
 
 class PrebuiltRecords:
@@ -63,7 +66,7 @@ class PrebuiltRecords:
         self._closed = False
         self._state: tuple[int, int, int, bool] = (-1, -1, -1, False)
 
-    def append(self, *args: Any, **kwargs: Any) -> object | None:
+    def append(self, *args: object, **kwargs: object) -> object | None:
         return None  # full: a record sent to this partition goes to a new batch
 
     def is_full(self) -> bool:
@@ -114,7 +117,7 @@ class BatchDelivery(Delivery):
 
     __slots__ = ("_producer_batch", "_acc")
 
-    def __init__(self, producer_batch: ProducerBatch, acc: Any):
+    def __init__(self, producer_batch: ProducerBatch, acc: RecordAccumulator):
         super().__init__(producer_batch.produce_future, True)
         self._producer_batch = producer_batch
         self._acc = acc

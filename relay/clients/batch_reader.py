@@ -59,19 +59,7 @@ class BatchReader(SourceReader):
         while the consumer bootstraps: side by side, not one after the other (each costs two
         round trips or more, half a second across a 240 ms link)."""
         fetch = fetch or FetchConfig()
-        # A fetch waits until min_bytes are there or max_wait is over: at low rates a few
-        # fetches a second carry many records each (a fetch, rebuild and produce costs about
-        # the same for one record as for a hundred); at high rates it fills at once.
-        self._fetcher = BatchFetcher(  # no round trip until its first request
-            cluster,
-            fetch.timeout,
-            max_wait=fetch.max_wait,
-            min_bytes=fetch.min_bytes,
-            partition_max_bytes=fetch.partition_max_bytes,
-            max_bytes=fetch.max_bytes,
-            sessions=True,
-            lanes=fetch.in_flight,
-        )
+        self._fetcher = _fetcher(cluster, fetch)  # no round trip until its first request
         warming = threading.Thread(
             target=self._fetcher.warm, args=(warm, fetch.timeout), name="ktm-warm", daemon=True
         )
@@ -123,18 +111,9 @@ class BatchReader(SourceReader):
                 if self._on_error(answer):
                     failed[answer.node] = answer.fetched.error
                 continue
-            loss = diverged(key, answer.offset, answer.fetched.diverged)
-            if loss is not None:  # the position stays: the task halts the partition there
-                self.losses.append(loss)
-                continue
-            self._highwater[key] = answer.fetched.end
-            batches, _ = split_batches(answer.fetched.data)
-            if batches:
-                self._epochs[key] = batches[-1].header.leader_epoch
-                # past every whole batch, an aborted transaction's too; the batches of those
-                # are dropped (read_committed) and may leave none: the partition still moves
-                found[key] = drop_aborted(batches, answer.fetched.aborted)
-                self._positions[key] = max(self._positions[key], batches[-1].next_offset)
+            batches = self._take(answer)
+            if batches is not None:
+                found[key] = batches
         if answers:  # the next fetch travels while these are written
             self._fetcher.send(self._wanted(), self._epochs)
         for node, error in failed.items():
@@ -144,6 +123,24 @@ class BatchReader(SourceReader):
         if failed and not found:
             time.sleep(min(timeout, ERROR_PAUSE))
         return found
+
+    def _take(self, answer: Answer) -> list[SourceBatch] | None:
+        """The batches of a partition's answer, its position moved past them; None when the
+        answer holds no whole batch, or the leader's log diverged (a loss, kept for the task)."""
+        key = answer.key
+        loss = diverged(key, answer.offset, answer.fetched.diverged)
+        if loss is not None:  # the position stays: the task halts the partition there
+            self.losses.append(loss)
+            return None
+        self._highwater[key] = answer.fetched.end
+        batches, _ = split_batches(answer.fetched.data)
+        if not batches:
+            return None
+        self._epochs[key] = batches[-1].header.leader_epoch
+        # past every whole batch, an aborted transaction's too; the batches of those are
+        # dropped (read_committed) and may leave none: the partition still moves
+        self._positions[key] = max(self._positions[key], batches[-1].next_offset)
+        return drop_aborted(batches, answer.fetched.aborted)
 
     def _wanted(self) -> dict[TP, int]:
         return {k: o for k, o in self._positions.items() if k not in self._paused}
@@ -179,8 +176,10 @@ class BatchReader(SourceReader):
             FetchTrouble(node, t.failures, t.error, round(waiting.get(node, 0.0), 1))
             for node, t in sorted(self.trouble.items())
         ]
-        found += [FetchTrouble(node, 0, "", round(waiting[node], 1))
-                  for node in sorted(slow - set(self.trouble))]  # fmt: skip
+        found += [
+            FetchTrouble(node, 0, "", round(waiting[node], 1))
+            for node in sorted(slow - set(self.trouble))
+        ]
         self.trouble = {}
         return found
 
@@ -206,3 +205,20 @@ class BatchReader(SourceReader):
     def close(self) -> None:
         self._fetcher.close()
         super().close()
+
+
+def _fetcher(cluster: ClusterConfig, fetch: FetchConfig) -> BatchFetcher:
+    """The reader's fetcher, as `fetch` configures it."""
+    # A fetch waits until min_bytes are there or max_wait is over: at low rates a few fetches a
+    # second carry many records each (a fetch, rebuild and produce costs about the same for one
+    # record as for a hundred); at high rates it fills at once.
+    return BatchFetcher(
+        cluster,
+        fetch.timeout,
+        max_wait=fetch.max_wait,
+        min_bytes=fetch.min_bytes,
+        partition_max_bytes=fetch.partition_max_bytes,
+        max_bytes=fetch.max_bytes,
+        sessions=True,
+        lanes=fetch.in_flight,
+    )

@@ -9,10 +9,10 @@ the destination acknowledged.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka import errors as kafka_errors
+from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
@@ -63,7 +63,7 @@ class SourceReader:
             self._consumer.seek(self._tps[key], offset)
         self.losses = []
 
-    def poll(self, timeout: float) -> dict[TP, list[Any]]:
+    def poll(self, timeout: float) -> dict[TP, list[ConsumerRecord]]:
         try:
             batch = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)))
         except kafka_errors.OffsetOutOfRangeError as exc:
@@ -79,8 +79,7 @@ class SourceReader:
         parts from the one read (an unclean leader election, even once the new log has grown
         past them): each a truncation (relay.losses), kept for the task to take, which halts
         the partition. A divergence the leader cannot place fails the poll, as before."""
-        parts = {(tp.topic, tp.partition): found
-                 for tp, found in error.divergent_offsets.items()}  # fmt: skip
+        parts = {(tp.topic, tp.partition): found for tp, found in error.divergent_offsets.items()}
         if not parts or any(key not in self._tps or found is None for key, found in parts.items()):
             raise error
         positions = self.positions(parts)
@@ -157,7 +156,7 @@ class SourceReader:
         """Commit without waiting, so a slow or dead source never stalls the loop; `done` is
         called once the commit succeeded."""
 
-        def callback(_offsets: Any, response: Any) -> None:
+        def callback(_offsets: dict[TopicPartition, OffsetAndMetadata], response: object) -> None:
             if not isinstance(response, BaseException):
                 done()
 

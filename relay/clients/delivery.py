@@ -9,13 +9,13 @@ and the batch path (relay.clients.batch_produce).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from kafka.errors import (
     BrokerResponseError,
     NotEnoughReplicasAfterAppendError,
     RequestTimedOutError,
 )
+from kafka.future import Future
 
 from relay.spec import ACKED, NOT_WRITTEN, UNKNOWN
 
@@ -29,7 +29,7 @@ class Delivery:
 
     __slots__ = ("_future", "_batch")
 
-    def __init__(self, future: Any, batch: bool):
+    def __init__(self, future: Future, batch: bool):
         self._future = future  # a producer batch's future, or one record's (the fallback path)
         self._batch = batch
 
@@ -89,7 +89,7 @@ def _unnamed(error: BaseException) -> bool:
     return type(error).__name__ == "KafkaError" and "part of a batch" in str(error)
 
 
-def error_of(future: Any) -> BaseException | None:
+def error_of(future: Future) -> BaseException | None:
     """A producer batch future's error: raised, or carried in its value (see Delivery)."""
     if future.exception is not None:
         return _exception(future)
@@ -97,7 +97,7 @@ def error_of(future: Any) -> BaseException | None:
     return None if record_errors is None else record_errors(0) or RuntimeError("batch failed")
 
 
-def _exception(future: Any) -> BaseException | None:
+def _exception(future: Future) -> BaseException | None:
     """A kafka-python future's exception (its attribute is untyped)."""
     found = future.exception
     return found if isinstance(found, BaseException) else None

@@ -13,10 +13,11 @@ use makes a new one.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 T = TypeVar("T")
 
@@ -25,7 +26,8 @@ _local = threading.local()
 
 class ClientCache:
     def __init__(self) -> None:
-        self.clients: dict[Hashable, tuple[Any, Callable[[Any], Any]]] = {}
+        # by key: a client, and how to close it
+        self.clients: dict[Hashable, tuple[object, Callable[[], object]]] = {}
 
     @contextmanager
     def use(self) -> Iterator[None]:
@@ -39,8 +41,8 @@ class ClientCache:
 
     def close(self) -> None:
         clients, self.clients = self.clients, {}
-        for client, close in clients.values():
-            _close_quietly(close, client)
+        for _, close in clients.values():
+            _close_quietly(close)
 
 
 @contextmanager
@@ -58,7 +60,7 @@ def keep_clients() -> Iterator[None]:
 
 
 @contextmanager
-def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], Any]) -> Iterator[T]:
+def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], object]) -> Iterator[T]:
     """A client for `key`: the cached one while a cache is in use, else a new one closed
     after."""
     cache: ClientCache | None = getattr(_local, "cache", None)
@@ -70,18 +72,20 @@ def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], Any]) -> Ite
             close(client)
         return
     if key not in cache.clients:
-        cache.clients[key] = (make(), close)
-    client = cache.clients[key][0]
+        made = make()
+        cache.clients[key] = (made, functools.partial(close, made))
+    # what is cached under a key was made by a `make` of that key's kind: a T
+    client = cast(T, cache.clients[key][0])
     try:
         yield client
     except BaseException:
         cache.clients.pop(key, None)
-        _close_quietly(close, client)
+        _close_quietly(functools.partial(close, client))
         raise
 
 
-def _close_quietly(close: Callable[[Any], Any], client: Any) -> None:
+def _close_quietly(close: Callable[[], object]) -> None:
     try:
-        close(client)
+        close()
     except Exception:  # noqa: BLE001 - a client being thrown away
         pass

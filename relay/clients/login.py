@@ -25,8 +25,6 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable
-from typing import Any
 
 from relay.clients.settings import describe
 from relay.config import ClusterConfig
@@ -147,10 +145,8 @@ def _sasl(cluster: ClusterConfig, exchange: _Exchange) -> None:
     code, enabled = exchange.sasl_handshake(mechanism)
     if code == _UNSUPPORTED_SASL_MECHANISM or mechanism not in enabled:
         listed = ", ".join(enabled) or "none"
-        raise _problem(
-            cluster, "sasl_mechanism",
-            f"{mechanism} is not enabled on this listener (it enables {listed})",
-        )  # fmt: skip
+        disabled = f"{mechanism} is not enabled on this listener (it enables {listed})"
+        raise _problem(cluster, "sasl_mechanism", disabled)
     if code:
         raise _problem(cluster, "sasl_mechanism", f"the broker refused SASL (error code {code})")
     username = cluster.username or ""
@@ -161,15 +157,13 @@ def _sasl(cluster: ClusterConfig, exchange: _Exchange) -> None:
         else:
             _scram(exchange, mechanism, username, password)
     except _Refused as exc:
-        raise _problem(
-            cluster, "password",
-            f"the broker refused the login of user {username!r} ({mechanism}): {exc}",
-        ) from exc  # fmt: skip
+        refused = f"the broker refused the login of user {username!r} ({mechanism}): {exc}"
+        raise _problem(cluster, "password", refused) from exc
 
 
 def _scram(exchange: _Exchange, mechanism: str, username: str, password: str) -> None:
     """RFC 5802, as Apache Kafka's ScramSaslServer takes it (no channel binding)."""
-    digest: Callable[..., Any] = hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
+    digest = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
     name = username.replace("=", "=3D").replace(",", "=2C")
     nonce = secrets.token_urlsafe(18)
     bare = f"n={name},r={nonce}"
@@ -178,12 +172,12 @@ def _scram(exchange: _Exchange, mechanism: str, username: str, password: str) ->
     if not fields.get("r", "").startswith(nonce):
         raise ValueError("SCRAM: the server's nonce does not extend ours")
     salted = hashlib.pbkdf2_hmac(
-        digest().name, password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+        digest, password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
     )
     client_key = hmac.new(salted, b"Client Key", digest).digest()
     without_proof = f"c=biws,r={fields['r']}"
     message = f"{bare},{server_first},{without_proof}".encode()
-    signature = hmac.new(digest(client_key).digest(), message, digest).digest()
+    signature = hmac.new(hashlib.new(digest, client_key).digest(), message, digest).digest()
     proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True)))
     exchange.sasl_authenticate(f"{without_proof},p={proof.decode()}".encode())
 

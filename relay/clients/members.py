@@ -20,11 +20,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from kafka.errors import InvalidSessionTimeoutError
@@ -38,6 +38,9 @@ from relay.clients.admin import broker_settings
 from relay.clients.settings import client_settings, describe, never_create_topics
 from relay.config import ClusterConfig
 from relay.errors import ConfigError
+
+if TYPE_CHECKING:  # kafka-python's own class (untyped: it says what an argument is)
+    from kafka.cluster import ClusterMetadata
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,26 @@ class Assignment:
     keys: frozenset[Key]  # the source partitions this member may relay
     members: int  # how many members the group has
     standby: bool = False  # True: the leader's plan differs from ours; we were given nothing
+
+
+class JoiningMember(Protocol):
+    """A member as the group's leader sees it when it assigns (kafka-python's
+    JoinGroupResponseMember, its metadata decoded)."""
+
+    member_id: str
+    metadata: ConsumerProtocolSubscription
+
+
+class _UserData(TypedDict, total=False):
+    """What ktm's members put in the group protocol's user data, as JSON: the subscription's
+    (`plan`, `host`, `pid`) and the assignment's (`keys`, `members`, `standby`)."""
+
+    plan: str
+    host: str
+    pid: int
+    keys: list[list[str | int]]  # [topic, partition] pairs
+    members: int
+    standby: bool
 
 
 def fingerprint(keys: Sequence[Key]) -> str:
@@ -85,11 +108,13 @@ class KtmAssignor(AbstractPartitionAssignor):
         self._keys = sorted(keys)
         self._plan = fingerprint(keys)
 
-    def metadata(self, topics: Any) -> ConsumerProtocolSubscription:
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolSubscription:
         me = {"plan": self._plan, "host": socket.gethostname(), "pid": os.getpid()}
         return ConsumerProtocolSubscription(self.version, list(topics), json.dumps(me).encode())
 
-    def assign(self, cluster: Any, members: Any) -> dict[str, ConsumerProtocolAssignment]:
+    def assign(
+        self, cluster: ClusterMetadata, members: Sequence[JoiningMember]
+    ) -> dict[str, ConsumerProtocolAssignment]:
         agreeing: list[str] = []
         others: list[str] = []
         for member in members:
@@ -112,7 +137,7 @@ class KtmAssignor(AbstractPartitionAssignor):
             )
         return result
 
-    def on_assignment(self, assignment: Any, generation: Any) -> None:
+    def on_assignment(self, assignment: ConsumerProtocolAssignment, generation: int) -> None:
         data = _json(assignment.user_data)
         keys = frozenset((str(t), int(p)) for t, p in data.get("keys", []))
         number = getattr(generation, "generation_id", generation)
@@ -121,22 +146,23 @@ class KtmAssignor(AbstractPartitionAssignor):
         )
 
 
-def _json(data: bytes | None) -> dict[str, Any]:
+def _json(data: bytes | None) -> _UserData:
     try:
         parsed = json.loads(data or b"{}")
     except ValueError:
         return {}
-    return parsed if isinstance(parsed, dict) else {}
+    # cast: only ktm's members write it (`metadata`, `assign`); readers convert each field
+    return cast(_UserData, parsed) if isinstance(parsed, dict) else {}
 
 
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, on_revoke: Callable[[], None]):
         self._on_revoke = on_revoke
 
-    def on_partitions_revoked(self, revoked: Any) -> None:
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         self._on_revoke()
 
-    def on_partitions_assigned(self, assigned: Any) -> None:
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         pass
 
 

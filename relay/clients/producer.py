@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kafka import KafkaProducer, TopicPartition
 from kafka.errors import (
@@ -44,8 +44,12 @@ from relay.batches import DestBatch
 from relay.clients.batch_produce import BatchDelivery, append_batches, has_batch_internals
 from relay.clients.delivery import Delivery, error_of
 from relay.clients.retry_order import RetryOrder
-from relay.clients.settings import client_settings, never_create_topics
+from relay.clients.settings import ClientSettings, client_settings, never_create_topics
 from relay.config import TargetConfig
+
+if TYPE_CHECKING:  # kafka-python's own classes (untyped: they say what each argument is)
+    from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
+    from kafka.producer.record_accumulator import RecordAccumulator
 
 log = logging.getLogger(__name__)
 
@@ -73,21 +77,18 @@ Segment = tuple[int, Delivery]
 Failed = dict[TopicPartition, BaseException]
 
 
-def producer_settings(target: TargetConfig) -> dict[str, Any]:
+def producer_settings(target: TargetConfig) -> ClientSettings:
     timeout_ms = int(target.request_timeout * 1000)
-    idempotent = target.acks == "all"  # kafka-python requires acks=all for idempotence
     return {
         **client_settings(target.cluster, target.request_timeout),
         # The config keeps acks as "all", "1" or "0"; kafka-python wants "all" or an int.
         "acks": "all" if target.acks == "all" else int(target.acks),
-        "enable_idempotence": idempotent,
+        "enable_idempotence": _idempotent(target),
         "compression_type": None if target.compression == "none" else target.compression,
         "linger_ms": int(target.linger * 1000),
         "batch_size": target.batch_size,
         "request_timeout_ms": timeout_ms,
-        # A record not acknowledged within this time fails (and the round is retried), instead
-        # of the producer retrying forever behind the relay's back.
-        "delivery_timeout_ms": 2 * timeout_ms + int(target.linger * 1000),
+        "delivery_timeout_ms": delivery_timeout_ms(target),
         "max_block_ms": timeout_ms,
         "value_serializer": _null_aware,
         "max_in_flight_requests_per_connection": target.max_in_flight,
@@ -98,7 +99,17 @@ def producer_settings(target: TargetConfig) -> dict[str, Any]:
     }
 
 
-def _null_aware(value: Any) -> Any:
+def delivery_timeout_ms(target: TargetConfig) -> int:
+    """A record not acknowledged within this time fails (and the round is retried), instead of
+    the producer retrying forever behind the relay's back."""
+    return 2 * int(target.request_timeout * 1000) + int(target.linger * 1000)
+
+
+def _idempotent(target: TargetConfig) -> bool:
+    return target.acks == "all"  # kafka-python requires acks=all for idempotence
+
+
+def _null_aware(value: bytes | object | None) -> bytes | object | None:
     return None if value is NULL_VALUE else value
 
 
@@ -108,7 +119,7 @@ class Producer:
         self._producer = never_create_topics(KafkaProducer(**settings))
         # How long a run of records may stay unanswered before it counts as failed: kafka-python
         # expires it after its delivery timeout; twice that, plus a margin, means it is stuck.
-        self.ack_deadline = 2 * settings["delivery_timeout_ms"] / 1000 + 5
+        self.ack_deadline = 2 * delivery_timeout_ms(target) / 1000 + 5
         self._closed = False
         # Destination partitions a batch failed on: nothing more may be appended to them
         self._failed: Failed = {}
@@ -119,7 +130,7 @@ class Producer:
         # only once the bulk internals are known to be there
         self.takes_built = self._bulk and has_batch_internals(self._producer)
         if target.max_in_flight > 1:
-            _several_in_flight(self._producer, settings["enable_idempotence"])
+            _several_in_flight(self._producer, _idempotent(target))
 
     def warm(self, topics: Iterable[str]) -> None:
         """The destination topics' metadata before the first send, in one request."""
@@ -179,7 +190,7 @@ class Producer:
         else:
             internals.wake_sender(self._producer)
 
-    def _send_one(self, topic: str, partition: int, item: Item) -> Any:
+    def _send_one(self, topic: str, partition: int, item: Item) -> FutureRecordMetadata:
         timestamp, key, value, headers = item
         return self._producer.send(
             topic,
@@ -245,7 +256,7 @@ def _several_in_flight(producer: KafkaProducer, idempotent: bool) -> None:
 
 
 def _append_bulk(
-    acc: Any, tp: TopicPartition, items: Sequence[Item], failed: Failed
+    acc: RecordAccumulator, tp: TopicPartition, items: Sequence[Item], failed: Failed
 ) -> list[Segment]:
     """What RecordAccumulator.append does, for many records under one lock acquisition."""
     now = time.monotonic()
@@ -254,11 +265,11 @@ def _append_bulk(
         if tp in failed:  # under the lock the failure hook takes: no append slips past it
             raise PartitionFailed(tp.topic, tp.partition, failed)
         dq = internals.partition_queue(acc, tp)
-        batch: Any = dq[-1] if dq else None
+        batch: ProducerBatch | None = dq[-1] if dq else None
         count = 0
         for timestamp, key, value, headers in items:
             meta = batch.records.append(timestamp, key, value, headers) if batch else None
-            if meta is None:  # no open batch, or it is full: start the next one
+            if batch is None or meta is None:  # no open batch, or it is full: the next one
                 if batch is not None and count:
                     segments.append((count, Delivery(batch.produce_future, True)))
                 batch, count = _new_batch(acc, tp, now), 0
@@ -289,7 +300,9 @@ class PartitionFailed(Exception):
         super().__init__(f"an earlier batch to {topic}[{partition}] failed ({error})")
 
 
-def _stop_partition(acc: Any, failed: Failed, batch: Any, future: Any) -> None:
+def _stop_partition(
+    acc: RecordAccumulator, failed: Failed, batch: ProducerBatch, future: FutureProduceResult
+) -> None:
     """When a batch fails for good, fail the partition's batches still queued behind it and
     refuse new ones. kafka-python would send them: a batch that expired before it was sent used
     no sequence number, and after an epoch bump sequences start over, so the broker takes the
@@ -312,7 +325,7 @@ def _stop_partition(acc: Any, failed: Failed, batch: Any, future: Any) -> None:
         acc.deallocate(queued_batch)
 
 
-def _complete_when_halves_complete(whole: Any, halves: list[Any]) -> None:
+def _complete_when_halves_complete(whole: ProducerBatch, halves: list[ProducerBatch]) -> None:
     """When a broker refuses a batch as too large, kafka-python splits it in two, re-enqueues
     the halves and moves the per-record futures of `send()` onto them; the batch's own future,
     which the bulk path's Delivery holds, never completes, and its partition would hang. Here
@@ -320,9 +333,9 @@ def _complete_when_halves_complete(whole: Any, halves: list[Any]) -> None:
     offset), failed with the first error otherwise. Halves split again chain the same way."""
     parts = [half.produce_future for half in halves]
     future = whole.produce_future
-    outcomes: list[Any] = []
+    outcomes: list[None] = []
 
-    def one_done(_: Any) -> None:
+    def one_done(_: object) -> None:
         outcomes.append(None)
         if len(outcomes) < len(parts) or future.is_done:
             return
@@ -336,7 +349,7 @@ def _complete_when_halves_complete(whole: Any, halves: list[Any]) -> None:
         part.add_both(one_done)
 
 
-def _new_batch(acc: Any, tp: TopicPartition, now: float) -> ProducerBatch:
+def _new_batch(acc: RecordAccumulator, tp: TopicPartition, now: float) -> ProducerBatch:
     config = acc.config
     records = MemoryRecordsBuilder(
         config["message_version"], config["compression_attrs"], config["batch_size"]

@@ -31,11 +31,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kafka.errors import OutOfOrderSequenceNumberError, RetriableError
 
 from relay import internals
+
+if TYPE_CHECKING:  # kafka-python's own classes (untyped: they say what each argument is)
+    from kafka import KafkaProducer, TopicPartition
+    from kafka.producer.producer_batch import ProducerBatch
 
 SEQUENCES = 1 << 31  # a partition's sequence numbers wrap after 2**31 - 1 (as in Java)
 
@@ -51,7 +55,7 @@ def precedes(first: int, second: int) -> bool:
     return 0 < (second - first) % SEQUENCES < SEQUENCES // 2
 
 
-def insert_in_sequence_order(queue: deque[Any], batch: Any) -> None:
+def insert_in_sequence_order(queue: deque[ProducerBatch], batch: ProducerBatch) -> None:
     """Put a retried batch (it has a sequence) in `queue` behind the batches with lower
     sequences at its head (RecordAccumulator.insertInSequenceOrder of the Java client)."""
     ahead = []
@@ -65,12 +69,14 @@ class RetryOrder:
     """Retries of one idempotent producer in sequence order; every method but `install` runs
     on its I/O thread, where kafka-python calls them."""
 
-    def __init__(self, producer: Any):
+    def __init__(self, producer: KafkaProducer):
         self._producer = producer
         self._acc = internals.accumulator(producer)
         self._muted = internals.muted_partitions(self._acc)
-        self._retrying: set[Any] = set()  # partitions sending one batch at a time
-        self._split: set[Any] = set()  # partitions whose sequence numbers were handed anew
+        self._retrying: set[TopicPartition] = set()  # partitions sending one batch at a time
+        self._split: set[TopicPartition] = (
+            set()
+        )  # partitions whose sequence numbers were handed anew
 
     def install(self) -> None:
         """Hook into the producer; raises internals.Missing (nothing installed) when
@@ -82,7 +88,7 @@ class RetryOrder:
         internals.on_batch_error(self._producer, self.explained)
         internals.on_reenqueue(self._acc, self.reenqueue)  # last: the only one that mutes
 
-    def reenqueue(self, batch: Any, now: float | None) -> None:
+    def reenqueue(self, batch: ProducerBatch, now: float | None) -> None:
         batch.retry(now=now)  # attempts and backoff, as kafka-python's reenqueue does first
         tp = batch.topic_partition
         with internals.partition_lock(self._acc, tp):
@@ -94,7 +100,7 @@ class RetryOrder:
         self._retrying.add(tp)
         self._muted.add(tp)
 
-    def drained(self, batches_by_node: dict[int, list[Any]]) -> None:
+    def drained(self, batches_by_node: dict[int, list[ProducerBatch]]) -> None:
         """A retrying partition's batch went out: nothing more of it until it is answered."""
         if not self._retrying:
             return
@@ -103,7 +109,7 @@ class RetryOrder:
                 if batch.topic_partition in self._retrying:
                     self._muted.add(batch.topic_partition)
 
-    def answered(self, batch: Any) -> None:
+    def answered(self, batch: ProducerBatch) -> None:
         """The partition's last batch in flight was answered: its next one may go, and once
         no retried batch heads its queue, several at a time again."""
         tp = batch.topic_partition
@@ -116,7 +122,7 @@ class RetryOrder:
         if not retried_first:
             self._retrying.discard(tp)
 
-    def explained(self, batch: Any, error: Any) -> Any:
+    def explained(self, batch: ProducerBatch, error: BaseException) -> BaseException:
         """The error kafka-python should decide `batch`'s fate by (see the module docstring)."""
         if type(error) is not OutOfOrderSequenceNumberError or not batch.has_sequence:
             return error
@@ -126,7 +132,7 @@ class RetryOrder:
             return OutOfOrderBehindRetry(*error.args)
         return error
 
-    def _unresolved(self, tp: Any) -> Iterator[Any]:
+    def _unresolved(self, tp: TopicPartition) -> Iterator[ProducerBatch]:
         """The partition's batches sent and not acknowledged yet: in flight, or queued again."""
         yield from internals.batches_in_flight(self._producer, tp)
         with internals.partition_lock(self._acc, tp):
@@ -134,7 +140,7 @@ class RetryOrder:
         yield from (batch for batch in queued if batch.has_sequence)
 
 
-def _earlier(other: Any, batch: Any) -> bool:
+def _earlier(other: ProducerBatch, batch: ProducerBatch) -> bool:
     return (
         other is not batch
         and other.has_sequence

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TypeVar
 
 from relay import internals
 from relay.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 
+# Keyword arguments of a kafka-python client's constructor (untyped there: values of any kind)
+ClientSettings = dict[str, object]
+
+Client = TypeVar("Client")
+
 # kafka-python's names for the SASL mechanisms ktm accepts (the same strings Kafka uses).
 _SECURITY_PROTOCOL = {(False, False): "PLAINTEXT", (False, True): "SSL"}
 _SECURITY_PROTOCOL.update({(True, False): "SASL_PLAINTEXT", (True, True): "SASL_SSL"})
 
 
-def client_settings(cluster: ClusterConfig, request_timeout: float = 10.0) -> dict[str, Any]:
+def client_settings(cluster: ClusterConfig, request_timeout: float = 10.0) -> ClientSettings:
     """Map a cluster's auth/TLS keys onto kafka-python client settings."""
-    settings: dict[str, Any] = {
+    settings: ClientSettings = {
         "bootstrap_servers": list(cluster.servers),
         "client_id": "ktm",
         "request_timeout_ms": int(request_timeout * 1000) + 500,
@@ -37,7 +42,7 @@ def client_settings(cluster: ClusterConfig, request_timeout: float = 10.0) -> di
     return settings
 
 
-def never_create_topics(client: Any) -> Any:
+def never_create_topics(client: Client) -> Client:
     """Make every metadata request of a kafka-python client (consumer, producer, admin) ask the
     broker not to create the topics it names, and return the client.
 

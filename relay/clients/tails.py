@@ -130,8 +130,10 @@ def read_tails(
     make = functools.partial(BatchFetcher, cluster, timeout)
     with kept(("fetcher", cluster, timeout), make, BatchFetcher.close) as fetcher:
         while reading:
-            ranges = {k: (max(begin[k], tails[k].upper - tails[k].window), tails[k].upper)
-                      for k in reading}  # fmt: skip
+            ranges = {
+                k: (max(begin[k], tails[k].upper - tails[k].window), tails[k].upper)
+                for k in reading
+            }
             older = fetch_ranges(fetcher, ranges, timeout)
             for key in list(reading):
                 tail, lower = tails[key], ranges[key][0]

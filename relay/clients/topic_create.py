@@ -7,7 +7,7 @@ Part of the Kafka seam (relay.clients): the only modules that import kafka-pytho
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TypedDict
 
 from kafka.errors import (
     InvalidConfigurationError,
@@ -34,9 +34,30 @@ class ConfigRefused(Exception):
 REFUSING_CONFIGS = (InvalidConfigurationError, PolicyViolationError)
 
 
+class _NewTopic(TypedDict):
+    """One topic of a CreateTopics request, as kafka-python's admin client takes it."""
+
+    num_partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+class _CreatedTopic(TypedDict, total=False):
+    """One topic of a CreateTopics answer, as kafka-python's admin client takes it apart."""
+
+    name: str
+    error_code: int
+    error_message: str | None
+    configs: dict[str, object]  # by config name (v5+, validate only: every config it would have)
+
+
+class _CreateTopicsAnswer(TypedDict, total=False):
+    topics: list[_CreatedTopic]
+
+
 def _create_request(
     topics: dict[str, int], replication_factor: int, configs: dict[str, dict[str, str]] | None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, _NewTopic]:
     return {
         name: {
             "num_partitions": count,
@@ -47,7 +68,7 @@ def _create_request(
     }
 
 
-def _topic_errors(answer: dict[str, Any]) -> dict[str, BaseException]:
+def _topic_errors(answer: _CreateTopicsAnswer) -> dict[str, BaseException]:
     """Each topic's error in a CreateTopics answer (taken apart by kafka-python)."""
     errors = {}
     for topic in answer.get("topics") or ():
@@ -112,7 +133,10 @@ def known_topic_configs(cluster: ClusterConfig, probe: str, timeout: float) -> f
     say (Tansu, brokers before 2.4)."""
     spec = _create_request({probe: 1}, -1, None)
     with admin_client(cluster, timeout) as admin, supported("CreateTopics"):
-        answer = admin.create_topics(spec, validate_only=True, raise_errors=False)
-    topics: list[dict[str, Any]] = answer.get("topics") or []
-    found = next((t for t in topics if t.get("name") == probe), {})
+        answer: _CreateTopicsAnswer = admin.create_topics(
+            spec, validate_only=True, raise_errors=False
+        )
+    topics = answer.get("topics") or []
+    nothing: _CreatedTopic = {}
+    found = next((t for t in topics if t.get("name") == probe), nothing)
     return frozenset(found.get("configs") or ())

@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from relay.clients.batch_reader import BatchReader
 from relay.clients.consumer import SourceReader
@@ -115,7 +114,7 @@ def close_clients(_: object = None) -> int:
     return os.getpid()
 
 
-def _close_quietly(close: Any, *args: Any) -> None:
+def _close_quietly(close: Callable[..., object], *args: object) -> None:
     try:
         close(*args)
     except Exception:  # noqa: BLE001 - a broken client is being thrown away anyway

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relay.config import sections as part
 from relay.config.choices import (
@@ -26,6 +26,7 @@ from relay.config.model import (
 )
 from relay.config.readers import (
     _TOPIC_NAME,
+    TomlValue,
     _build,
     _show,
     _Table,
@@ -85,19 +86,19 @@ def load_config(
 
 
 def _store(t: _Table, sources: tuple[ClusterConfig, ...]) -> part.StoreConfig:
-    given: dict[str, Any] = {}
-    if "cluster" not in t.mapping:
-        if not sources:
-            raise t.error("cluster", "required when the config has no [[sources]]")
-        given["cluster"] = sources[0].name
-    store = _build(part.StoreConfig, t, **given)
+    if "cluster" in t.mapping:
+        store = _build(part.StoreConfig, t)
+    elif sources:
+        store = _build(part.StoreConfig, t, cluster=sources[0].name)
+    else:
+        raise t.error("cluster", "required when the config has no [[sources]]")
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", store.cluster):
-        raise t.error("cluster", f"expected a name of letters, digits, '.', '_', '-', got "
-                      f"{_show(store.cluster)}")  # fmt: skip
+        expected = "expected a name of letters, digits, '.', '_', '-'"
+        raise t.error("cluster", f"{expected}, got {_show(store.cluster)}")
     if store.url.startswith("s3://"):
         if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?", store.url):
-            raise t.error("url", f'expected "s3://bucket" or "s3://bucket/prefix", got '
-                          f"{_show(store.url)}")  # fmt: skip
+            expected = 'expected "s3://bucket" or "s3://bucket/prefix"'
+            raise t.error("url", f"{expected}, got {_show(store.url)}")
     else:
         for key in ("s3_endpoint", "s3_access_key", "s3_secret_key"):
             if key in t.mapping:
@@ -119,14 +120,12 @@ def _store_compression(t: _Table, store: part.StoreConfig) -> part.StoreConfig:
     if "compression" not in t.mapping:
         return dataclasses.replace(store, compression="none")
     if store.compression != "none":
-        raise t.error(
-            "compression", f'the jsonl format is not compressed; use "none", got '
-            f"{_show(store.compression)}"
-        )  # fmt: skip
+        expected = 'the jsonl format is not compressed; use "none"'
+        raise t.error("compression", f"{expected}, got {_show(store.compression)}")
     return store
 
 
-def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+def _read_toml(path: str | os.PathLike[str]) -> dict[str, TomlValue]:
     # Imported here: executors import relay.config for the specs' dataclasses, and a worker
     # needs no TOML parser ("Scaling out" lists what executors need).
     import tomli
@@ -188,7 +187,7 @@ def _check_backoff(t: _Table, low: float, high: float) -> None:
         raise t.error("backoff_max", f"expected >= backoff_min ({low:g}s), got {high:g}s")
 
 
-def _cluster(t: _Table, **given: Any) -> ClusterConfig:
+def _cluster(t: _Table, **given: object) -> ClusterConfig:
     """Reads the connection keys and checks the ones that go together; the caller finishes `t`."""
     cluster = _build(ClusterConfig, t, finish=False, section=t.path, **given)
     if cluster.sasl_mechanism:

@@ -152,9 +152,11 @@ class FetchConfig:
         # a fetch may not wait for more than it may bring: Tansu waits out far more than
         # max_wait then (30,000 records under a 5,000/s cap took 226 s instead of 6)
         return dataclasses.replace(
-            self, max_bytes=most, partition_max_bytes=min(self.partition_max_bytes, most),
+            self,
+            max_bytes=most,
+            partition_max_bytes=min(self.partition_max_bytes, most),
             min_bytes=min(self.min_bytes, most),
-        )  # fmt: skip
+        )
 
 
 LIMITED_READ = 0.2  # seconds of a [limits] rate one fetch answer may bring

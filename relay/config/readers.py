@@ -5,6 +5,7 @@ and the bad value (never a secret's value)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import functools
 import json
@@ -13,10 +14,13 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from relay.config.choices import SASL_MECHANISMS
 from relay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(us|ms|s|m|h)")
 # Multiplier and divisor rather than 1e-3: 20 / 1000 is exactly the float 0.02, 20 * 1e-3 is not.
@@ -26,7 +30,12 @@ _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _ACKS = {"all": "all", "-1": "all", "1": "1", "0": "0"}
 _SECRET_WORDS = ("password", "secret", "token")
-_T = TypeVar("_T")
+_D = TypeVar("_D", bound="DataclassInstance")  # a config dataclass `_build` reads
+
+# A value as a TOML parser reads it
+_TomlTime: TypeAlias = datetime.datetime | datetime.date | datetime.time
+_TomlScalar: TypeAlias = str | int | float | bool | _TomlTime
+TomlValue: TypeAlias = _TomlScalar | list["TomlValue"] | dict[str, "TomlValue"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class Secret:
     __str__ = __repr__
 
 
-def parse_duration(text: str | float) -> float:
+def parse_duration(text: object) -> float:
     """Seconds in "500us", "20ms", "1.5s", "2m" or "1h"; a bare number is already seconds.
 
     Raises ValueError, with a message fit to follow a key path, for anything else or a negative.
@@ -62,7 +71,7 @@ _SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 _SIZE_UNITS.update({"KiB": 2**10, "MiB": 2**20, "GiB": 2**30})
 
 
-def parse_size(text: str | int) -> int:
+def parse_size(text: object) -> int:
     """Bytes in "64MiB", "500KB", "1GiB" or a bare integer; ValueError for anything else."""
     if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
         return text
@@ -77,7 +86,7 @@ class _Table:
     the others as unknown and suggest the nearest known one."""
 
     def __init__(
-        self, mapping: Mapping[str, Any], path: str, base_dir: str, quote: bool = False
+        self, mapping: Mapping[str, TomlValue], path: str, base_dir: str, quote: bool = False
     ) -> None:
         self.mapping, self.path, self.base_dir = mapping, path, base_dir
         self._quote = quote  # for keys that are names (topics, spark settings), not ours
@@ -87,7 +96,7 @@ class _Table:
         shown = json.dumps(key) if self._quote else _bare(key)
         return f"{self.path}.{shown}" if self.path else shown
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str) -> TomlValue | None:
         """The value with ${NAME} expanded, or None when absent."""
         self.known.add(key)
         return _expand(self.mapping[key], self.key(key)) if key in self.mapping else None
@@ -114,7 +123,7 @@ class _Table:
                 raise self.error(key, f"unknown key{hint}")
 
 
-def _expand(value: Any, path: str) -> Any:
+def _expand(value: TomlValue, path: str) -> TomlValue:
     """Replaces ${NAME} in strings, also inside arrays and inline tables, from os.environ."""
     if isinstance(value, list):
         return [_expand(item, path) for item in value]
@@ -135,7 +144,7 @@ def _bare(key: str) -> str:
     return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
 
 
-def _show(value: Any, limit: int | None = 80) -> str:
+def _show(value: object, limit: int | None = 80) -> str:
     """A bad value as it would be written in TOML, shortened to `limit` characters so that the
     error stays one line (a path is shown whole: `limit=None`)."""
     if isinstance(value, bool):
@@ -149,14 +158,14 @@ def _show(value: Any, limit: int | None = 80) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     """`a string`, `an integer`...: all we may say about a value that must stay hidden."""
     names = {bool: "boolean", int: "integer", float: "float", list: "array", dict: "table"}
     name = names.get(type(value), type(value).__name__)
     return f"an {name}" if name[0] in "aeiou" else f"a {name}"
 
 
-def _reads(read: Callable[..., Any], **options: Any) -> dict[str, Any]:
+def _reads(read: Callable[..., object], **options: object) -> dict[str, Callable[..., object]]:
     """Field metadata: `_build` reads the field from the key of its name with read(table, key)."""
     return {"read": functools.partial(read, **options)}
 
@@ -234,8 +243,10 @@ def _size(t: _Table, key: str, *, minimum: int = 0) -> int:
 
 def _names(t: _Table, key: str) -> tuple[str, ...]:
     value = t.get(key)
-    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
-        return tuple(value)
+    if isinstance(value, list):
+        names = tuple(v for v in value if isinstance(v, str) and v)
+        if len(names) == len(value):
+            return names
     raise t.error(key, f"expected a list of non-empty strings, got {_show(value)}")
 
 
@@ -259,10 +270,8 @@ def _template(t: _Table, key: str) -> str:
     value = _text(t, key)
     example = value.replace("{topic}", "orders", 1)
     if value.count("{topic}") != 1 or not _TOPIC_NAME.fullmatch(example):
-        raise t.error(
-            key, f'expected a topic name holding "{{topic}}" once ("{{topic}}", '
-            f'"east.{{topic}}"), got {_show(value)}'
-        )  # fmt: skip
+        expected = 'expected a topic name holding "{topic}" once ("{topic}", "east.{topic}")'
+        raise t.error(key, f"{expected}, got {_show(value)}")
     return value
 
 
@@ -290,9 +299,10 @@ def _host_port(text: str) -> tuple[str, int] | None:
 
 def _servers(t: _Table, key: str) -> tuple[str, ...]:
     value = t.get(key)
-    if isinstance(value, list) and value and all(isinstance(s, str) for s in value):
-        if all((_host_port(server) or ("", 0))[0] for server in value):
-            return tuple(value)
+    if isinstance(value, list) and value:
+        servers = tuple(server for server in value if isinstance(server, str))
+        if len(servers) == len(value) and all((_host_port(s) or ("", 0))[0] for s in servers):
+            return servers
     raise t.error(key, f'expected a non-empty list of "host:port" strings, got {_show(value)}')
 
 
@@ -363,15 +373,15 @@ def _spark_conf(t: _Table, key: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(conf.items()))
 
 
-def _filter_config(t: _Table, key: str) -> tuple[tuple[str, Any], ...]:
+def _filter_config(t: _Table, key: str) -> tuple[tuple[str, object], ...]:
     table = t.sub(key)
     return tuple((name, table.get(name)) for name in table.mapping)
 
 
-def _build(cls: type[_T], t: _Table, *, finish: bool = True, **given: Any) -> _T:
+def _build(cls: type[_D], t: _Table, *, finish: bool = True, **given: object) -> _D:
     """A `cls` whose fields with a reader are read from the keys of the same names in `t`."""
     values = dict(given)
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         if f.name in given or "read" not in f.metadata:
             continue
         t.known.add(f.name)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
 
 from relay.config.choices import (
     DISCOVER_STARTS,
@@ -96,11 +95,11 @@ class FilterConfig:
     path: str = field(metadata=_reads(_file))  # absolute
     enabled: bool = field(default=True, metadata=_reads(_bool))
     on_error: str = field(default="stop", metadata=_reads(_choice, choices=ON_ERROR))
-    config: tuple[tuple[str, Any], ...] = field(default=(), metadata=_reads(_filter_config))
+    config: tuple[tuple[str, object], ...] = field(default=(), metadata=_reads(_filter_config))
     # False for a filter named only with --filter: no section, so its id is not checked.
     from_section: bool = True
 
-    def config_dict(self) -> dict[str, Any]:
+    def config_dict(self) -> dict[str, object]:
         # A deep copy: a filter that changes its config must not change ours.
         return copy.deepcopy(dict(self.config))
 

@@ -291,8 +291,9 @@ def test_filter_config_dict_is_a_copy(tmp_path: Path) -> None:
     extra = '[filters.f]\npath = "f.py"\n[filters.f.config]\nnested = { list = [1, 2] }\n'
     config = load(tmp_path, make(extra=extra))
 
-    first = config.filters[0].config_dict()
-    first["nested"]["list"].append(3)
+    nested = config.filters[0].config_dict()["nested"]
+    assert isinstance(nested, dict) and isinstance(nested["list"], list)
+    nested["list"].append(3)
 
     assert config.filters[0].config_dict() == {"nested": {"list": [1, 2]}}
 
