@@ -15,6 +15,7 @@ SECTIONS = (
     "steady",
     "partitions",
     "latency",
+    "idle",
     "metrics_lag",
     "stop",
     "first_record",

@@ -1,0 +1,88 @@
+"""What a running relay costs with nothing to relay: each contender is started on an empty
+topic pair, passes one warm-up record per partition (so its tasks run), then sits idle while
+the CPU of its process tree (and of each broker, apart) is counted."""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from scripts.bench import report
+from scripts.bench.brokers import SIDES, BrokerCpu, used_since
+from scripts.bench.contenders import LABELS, Bench, has_confluent, launch
+from scripts.bench.data import topic_pair
+from scripts.bench.feed import Feeder, probe_reader, warm_up
+from scripts.bench.machine import load_average
+from scripts.bench.measure_live import WARM_UP_TIMEOUT_S, exit_note, stop
+from scripts.bench.options import Options
+from scripts.bench.processes import Finished
+from scripts.bench.report import Table
+
+SETTLE_S = 5.0  # after the warm-up: the first fetches and reports of an idle relay settle
+IDLE_S = 30.0  # the idle window measured
+
+
+@dataclass
+class IdleRun:
+    kind: str
+    cores: float | None = None  # CPU seconds of the tree per second, idle
+    broker_cores: dict[str, float] | None = None
+    finished: Finished | None = None
+    check: str = "ok"
+
+
+def idle_once(bench: Bench, kind: str, opts: Options) -> IdleRun:
+    run = IdleRun(kind)
+    with (
+        topic_pair(bench.cluster, f"bench-idle-{kind}", opts.partitions) as topics,
+        ExitStack() as s,
+    ):
+        feeder = Feeder(bench.cluster.src, topics[0], opts.partitions, opts.size)
+        s.callback(feeder.close)
+        probe = probe_reader(bench.cluster.dst, topics[1], opts.partitions)
+        s.callback(probe.close)
+        proc = s.enter_context(launch(kind, bench, topics, opts.partitions, continuous=True))
+        try:
+            warm_up(feeder, probe, proc.alive, WARM_UP_TIMEOUT_S)
+            time.sleep(SETTLE_S)
+            brokers = BrokerCpu(bench.cluster)
+            cpu_before, brokers_before = proc.monitor.cpu_seconds, brokers.seconds()
+            began = time.monotonic()
+            time.sleep(IDLE_S)
+            took = time.monotonic() - began
+            run.cores = (proc.monitor.cpu_seconds - cpu_before) / took
+            used = used_since(brokers_before, brokers.seconds())
+            run.broker_cores = {side: cpu / took for side, cpu in used.items()}
+        except RuntimeError as exc:
+            run.check = f"FAILED: {exc}"
+        run.finished = stop(proc)
+    if run.check == "ok" and run.finished is not None and run.finished.returncode != 0:
+        run.check = exit_note(run.finished)
+    return run
+
+
+def idle(bench: Bench, opts: Options) -> Table:
+    table = Table(
+        f"IDLE: a running relay with nothing to relay for {IDLE_S:.0f} s, {opts.partitions} "
+        "partitions",
+        ["contender", "CPU cores busy", *(f"{side} broker cores" for side in SIDES), "check"],
+    )
+    table.notes += [
+        f"CPU cores busy = CPU seconds of the relay's process tree per second (of "
+        f"{os.cpu_count()}), counted from {SETTLE_S:.0f} s after a warm-up record came through "
+        "on every partition. src/dst broker cores: each broker's own, apart.",
+    ]
+    for kind in opts.contenders:
+        if kind == "confluent" and not has_confluent():
+            continue
+        print(f"\n[idle] {LABELS[kind]} (load average {load_average()}) ...", flush=True)
+        run = idle_once(bench, kind, opts)
+        table.add(
+            LABELS[kind],
+            report.seconds(run.cores, 3),
+            *(report.seconds((run.broker_cores or {}).get(side), 3) for side in SIDES),
+            run.check,
+        )
+    return table
