@@ -40,7 +40,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from kafka import TopicPartition
@@ -57,6 +57,9 @@ from relay.config import ClusterConfig
 log = logging.getLogger(__name__)
 
 _FRAME_MARGIN = 1024 * 1024  # a response's headers around its records
+# Answers in a row with no record before a lane's fetches wait `idle_wait`: a lull of a few
+# hundred milliseconds, not a gap between two batches of a steady flow.
+IDLE_AFTER = 10
 
 
 class Answer(NamedTuple):
@@ -90,6 +93,7 @@ class BatchFetcher:
         max_bytes: int = 64 * 1024 * 1024,
         sessions: bool = False,
         lanes: int = 1,
+        idle_wait: float = 0.0,
         # unit tests pass a stand-in for kafka-python's network client
         client: KafkaNetClient | None = None,
     ):
@@ -101,6 +105,12 @@ class BatchFetcher:
             client = never_create_topics(KafkaNetClient(**settings))
         self._client = client
         self._terms = FetchTerms(cluster.read_committed, int(max_wait * 1000), min_bytes, max_bytes)
+        self._idle_terms = (
+            replace(self._terms, max_wait_ms=int(idle_wait * 1000), min_bytes=1)
+            if idle_wait > max_wait
+            else self._terms
+        )
+        self._empty: dict[tuple[int, int], int] = {}  # each lane's answers in a row with no data
         self._partition_max_bytes = partition_max_bytes
         self._sessions: dict[tuple[int, int], FetchSession] | None = {} if sessions else None
         self._wire: dict[tuple[int, int], _OnTheWire] = {}  # by (node, lane)
@@ -165,7 +175,11 @@ class BatchFetcher:
         for where, wire in list(self._wire.items()):
             if wire.future.is_done:
                 del self._wire[where]
-                answers += self._answers_of(wire)
+                answered = self._answers_of(wire)
+                if wire.future.succeeded():
+                    empty = not any(a.fetched.data for a in answered)
+                    self._empty[where] = self._empty.get(where, 0) + 1 if empty else 0
+                answers += answered
         return answers
 
     def waiting_on(self) -> dict[str, float]:
@@ -237,7 +251,11 @@ class BatchFetcher:
             plan = NextFetch(0, -1, wanted, [], True)
         offsets = {key: w[0] for key, w in wanted.items()}
         self._turn += 1
-        future = self._client.send(node, self._terms.request(plan, self._turn))
+        # A lane found idle waits longer, answered as soon as any record comes (Apache Kafka;
+        # Tansu waits it out): idle, 2 lanes at max_wait 30 ms cost a task ~0.025 cores.
+        idle = self._empty.get(where, 0) >= IDLE_AFTER
+        terms = self._idle_terms if idle else self._terms
+        future = self._client.send(node, terms.request(plan, self._turn))
         return _OnTheWire(node, future, offsets, time.monotonic(), True, session)
 
     def _answers_of(self, wire: _OnTheWire) -> list[Answer]:

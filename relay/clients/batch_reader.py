@@ -221,4 +221,5 @@ def _fetcher(cluster: ClusterConfig, fetch: FetchConfig) -> BatchFetcher:
         max_bytes=fetch.max_bytes,
         sessions=True,
         lanes=fetch.in_flight,
+        idle_wait=fetch.idle_wait,
     )

@@ -138,6 +138,7 @@ class FetchConfig:
     min_bytes: int = 64 * 1024
     max_wait: float = 0.03
     in_flight: int = 2  # fetches on the wire per broker, each for its share of the partitions
+    idle_wait: float = 0.5  # a fetch's wait once its partitions had nothing for a while
 
     def within(self, records_per_second: float, bytes_per_second: float) -> FetchConfig:
         """Fetch sizes that bring at most about `LIMITED_READ` seconds of a rate limit per
@@ -216,6 +217,10 @@ class SourcePoolConfig:
     # broker that answers less than a round trip's worth per fetch (Tansu: ~5 MB, one
     # partition's data) still keeps a long link busy.
     fetch_in_flight: int = field(default=2, metadata=_reads(_int, minimum=1, maximum=8))
+    # A fetch's wait once its partitions had nothing for a while (0: never more than
+    # fetch_max_wait): answered at the first record by Apache Kafka, so an idle relay costs
+    # little and loses no latency.
+    fetch_idle_wait: float = field(default=0.5, metadata=_reads(_duration, maximum=10.0))
 
     @property
     def fetch(self) -> FetchConfig:
@@ -226,6 +231,7 @@ class SourcePoolConfig:
             self.fetch_min_bytes,
             self.fetch_max_wait,
             self.fetch_in_flight,
+            self.fetch_idle_wait,
         )
 
 

@@ -342,6 +342,7 @@ def test_sample_loads_with_its_defaults(tmp_path: Path) -> None:
         SparkConfig(),
         SourcePoolConfig(),
     )
+    assert config.source_pool.fetch.idle_wait == 0.5  # what the tasks' fetchers get
     assert config.filters == ()
     assert config.store == StoreConfig(url=str(tmp_path / "backup"), cluster="local")
 
@@ -785,6 +786,12 @@ ERRORS = [
         '[source_pool]\nfetch_max_wait = "11s"',
         ['[source_pool].fetch_max_wait: expected a duration > 0 and <= 10s, got "11s"'],
         id="pool-fetch-max-wait",
+    ),
+    pytest.param(
+        "extra",
+        '[source_pool]\nfetch_idle_wait = "11s"',
+        ['[source_pool].fetch_idle_wait: expected a duration > 0 and <= 10s, got "11s"'],
+        id="pool-fetch-idle-wait",
     ),
     pytest.param(
         "extra",

@@ -12,7 +12,7 @@ import pytest
 from kafka import errors as kafka_errors
 from kafka.future import Future
 
-from relay.clients.batch_fetch import BatchFetcher
+from relay.clients.batch_fetch import IDLE_AFTER, BatchFetcher
 from relay.clients.fetch_session import INVALID_FETCH_SESSION_EPOCH, FetchSession
 from relay.config import ClusterConfig
 
@@ -123,6 +123,28 @@ def test_one_fetch_per_broker_is_on_the_wire_until_it_is_answered(net):
     assert [(a.key, a.offset, a.node) for a in answers] == [((T, 1), 7, "10.0.0.2:9092")]
     f.send({(T, 0): 5, (T, 1): 7, (T, 2): 9})
     assert len(net.to(1)) == 1 and len(net.to(2)) == 2  # only the broker that answered
+
+
+def test_a_lane_found_idle_waits_longer_until_a_record_comes(net):
+    """After IDLE_AFTER answers in a row with no record, a fetch waits idle_wait and is answered
+    at its first byte; the first answer with a record brings max_wait and min_bytes back."""
+    cluster = ClusterConfig("src", ("x:1",))
+    f = BatchFetcher(cluster, max_wait=0.03, min_bytes=65536, idle_wait=0.5, client=net)
+
+    def round_trip(data: bytes) -> Any:
+        f.send({(T, 0): 0})
+        request = net.sent[-1][1]
+        net.answer(len(net.sent) - 1, {0: data})
+        f.receive(0.0)
+        return request
+
+    asked = [round_trip(b"") for _ in range(IDLE_AFTER)]
+    assert {(r.max_wait_ms, r.min_bytes) for r in asked} == {(30, 65536)}
+    idle = round_trip(b"")
+    assert (idle.max_wait_ms, idle.min_bytes) == (500, 1)
+    round_trip(b"a batch")
+    again = round_trip(b"")
+    assert (again.max_wait_ms, again.min_bytes) == (30, 65536)
 
 
 def test_receive_waits_no_longer_than_asked_and_returns_nothing_when_none_answered(net):
