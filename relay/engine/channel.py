@@ -25,11 +25,10 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from relay.engine.messages import decode, encode
+from relay.engine.messages import Json, decode, encode
 from relay.spec import ChannelAddress, TaskResult
 
 log = logging.getLogger(__name__)
@@ -42,11 +41,11 @@ SEND_TIMEOUT = 2.0
 # ---- messages (relay.engine.messages: each a JSON list of its dataclass's fields) -----------
 
 
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+def _send(sock: socket.socket, message: Mapping[str, object]) -> None:
     sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
 
-def _lines(sock: socket.socket, closed: threading.Event) -> Iterable[dict[str, Any]]:
+def _lines(sock: socket.socket, closed: threading.Event) -> Iterable[dict[str, Json]]:
     """JSON messages from a socket until EOF or `closed`; a line too long or not JSON ends the
     stream. The socket keeps one timeout for sending and receiving (two threads use it, and a
     timeout change would flip the descriptor's blocking mode under the other one)."""
@@ -64,6 +63,20 @@ def _lines(sock: socket.socket, closed: threading.Event) -> Iterable[dict[str, A
             yield json.loads(line)
         if len(buffer) > MAX_LINE:
             raise ValueError("message too long")
+
+
+def _int(value: Json) -> int:
+    """`int(value)`, typed: a JSON null, list or object raises TypeError as `int` does."""
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"expected a number, got {value!r}")
+
+
+def _float(value: Json) -> float:
+    """`float(value)`, typed: a JSON null, list or object raises TypeError as `float` does."""
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise TypeError(f"expected a number, got {value!r}")
 
 
 # ---- driver side ------------------------------------------------------------------------------
@@ -184,22 +197,22 @@ class ControlServer:
                         del self._conns[ident]
             _close_socket(conn)
 
-    def _hello(self, message: dict[str, Any] | None) -> tuple[int, int, int] | None:
+    def _hello(self, message: dict[str, Json] | None) -> tuple[int, int, int] | None:
         token = str((message or {}).get("token", ""))
         if not hmac.compare_digest(token.encode(), self._token.encode()):
             log.warning("control channel: refused a connection without this run's token")
             return None
         assert message is not None
-        return int(message["round"]), int(message["task"]), int(message["attempt"])
+        return _int(message["round"]), _int(message["task"]), _int(message["attempt"])
 
-    def _receive(self, ident: tuple[int, int, int], message: dict[str, Any]) -> None:
+    def _receive(self, ident: tuple[int, int, int], message: dict[str, Json]) -> None:
         result = decode(TaskResult, message["result"])
         self._on_report(Report(*ident, result=result, final=bool(message.get("final"))))
 
     def _answer(self, conn: socket.socket, round_id: int) -> None:
         with self._lock:
             stop = round_id in self._stopped_rounds
-        answer: dict[str, Any] = {"stop": stop}
+        answer: dict[str, bool | float] = {"stop": stop}
         lease = None if stop else self.lease_for(round_id)
         if lease is not None:
             answer["lease"] = lease
@@ -209,7 +222,7 @@ class ControlServer:
             log.debug("channel answer failed: %s", exc)
 
 
-def _first_line(conn: socket.socket) -> dict[str, Any] | None:
+def _first_line(conn: socket.socket) -> dict[str, Json] | None:
     """The hello, read byte-wise so nothing after it is consumed; None if it does not come."""
     line = b""
     while len(line) < 4096:
@@ -238,7 +251,7 @@ class ChannelClient:
     """A task's end of the channel. `should_stop` turns true when the driver says stop, or when
     the driver is `lost`: the connection broke, or the lease ran out without a renewal."""
 
-    def __init__(self, address: ChannelAddress, hello: dict[str, Any]):
+    def __init__(self, address: ChannelAddress, hello: Mapping[str, object]):
         self._sock = socket.create_connection((address.host, address.port), timeout=HELLO_TIMEOUT)
         self._sock.settimeout(SEND_TIMEOUT)
         # No lease until the driver grants one: a task never writes on its own authority.
@@ -281,7 +294,7 @@ class ChannelClient:
         try:
             for message in _lines(self._sock, self._closed):
                 if "lease" in message:
-                    self._lease_until = time.monotonic() + float(message["lease"])
+                    self._lease_until = time.monotonic() + _float(message["lease"])
                 if message.get("stop"):
                     self._halt("the driver asked to stop")
                 self._answered.set()
