@@ -11,7 +11,7 @@ import atexit
 import gc
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Required, TypedDict, Unpack
 
 import click
 
@@ -21,71 +21,95 @@ from relay.config import parse_duration
 MODES = ("single", "failover")
 
 
-def _options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The shared options a command takes, by name, in this order."""
-    every = {
-        "config": click.option(
-            "--config",
-            "config_path",
-            default="config.toml",
-            show_default=True,
-            type=click.Path(dir_okay=False),
-            help="TOML config file.",
-        ),
-        "mode": click.option(
-            "--mode",
-            type=click.Choice(MODES),
-            default="single",
-            show_default=True,
-            help="single: the first [[sources]] cluster; failover: all, switching on failure/lag.",
-        ),
-        "filter": click.option(
-            "--filter",
-            "filter_paths",
-            multiple=True,
-            type=click.Path(dir_okay=False),
-            help="Filter plugin file (repeatable); see filters/README.md.",
-        ),
-        "stop_at_end": click.option(
-            "--stop-at-end",
-            is_flag=True,
-            help="Up to the end offsets seen at start-up, then exit 0.",
-        ),
-        "master": click.option(
-            "--master", default=None, help="Spark master URL; overrides [spark].master."
-        ),
-        "progress": click.option(
-            "--no-progress", is_flag=True, help="Plain progress log lines even on a terminal."
-        ),
-        "summary": click.option(
-            "--summary-json",
-            type=click.Path(dir_okay=False),
-            default=None,
-            help="Write the run's numbers (records, times, next offsets) to this JSON file.",
-        ),
-        "log_format": click.option(
-            "--log-format",
-            type=click.Choice(["text", "json"]),
-            default="text",
-            show_default=True,
-            help="json: one JSON object per log line, for log shippers.",
-        ),
-        "debug": click.option(
-            "--debug", is_flag=True, help="Debug logs, tracebacks, config dump, Spark log path."
-        ),
-    }
+class OptionFlags(TypedDict, total=False):
+    """The shared flags click hands a command, named as `Options` names them."""
 
-    def apply(fn: Callable[..., Any]) -> Callable[..., Any]:
+    config_path: Required[str]
+    log_format: Required[str]
+    debug: Required[bool]
+    mode: str
+    filter_paths: tuple[str, ...]
+    stop_at_end: bool
+    master: str | None
+    summary_json: str | None
+
+
+class Flags(OptionFlags, total=False):
+    """The shared flags as click names them (`--no-progress` is `Options.progress` negated)."""
+
+    no_progress: bool
+
+
+Command = Callable[..., None]
+
+
+# The options several commands share, by name (each command picks its own, in order).
+SHARED_OPTIONS = {
+    "config": click.option(
+        "--config",
+        "config_path",
+        default="config.toml",
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help="TOML config file.",
+    ),
+    "mode": click.option(
+        "--mode",
+        type=click.Choice(MODES),
+        default="single",
+        show_default=True,
+        help="single: the first [[sources]] cluster; failover: all, switching on failure/lag.",
+    ),
+    "filter": click.option(
+        "--filter",
+        "filter_paths",
+        multiple=True,
+        type=click.Path(dir_okay=False),
+        help="Filter plugin file (repeatable); see filters/README.md.",
+    ),
+    "stop_at_end": click.option(
+        "--stop-at-end",
+        is_flag=True,
+        help="Up to the end offsets seen at start-up, then exit 0.",
+    ),
+    "master": click.option(
+        "--master", default=None, help="Spark master URL; overrides [spark].master."
+    ),
+    "progress": click.option(
+        "--no-progress", is_flag=True, help="Plain progress log lines even on a terminal."
+    ),
+    "summary": click.option(
+        "--summary-json",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Write the run's numbers (records, times, next offsets) to this JSON file.",
+    ),
+    "log_format": click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json: one JSON object per log line, for log shippers.",
+    ),
+    "debug": click.option(
+        "--debug", is_flag=True, help="Debug logs, tracebacks, config dump, Spark log path."
+    ),
+}
+
+
+def _options(*names: str) -> Callable[[Command], Command]:
+    """The shared options a command takes, by name, in this order."""
+
+    def apply(fn: Command) -> Command:
         for name in reversed((*names, "log_format", "debug")):
-            fn = every[name](fn)
+            fn = SHARED_OPTIONS[name](fn)
         return fn
 
     return apply
 
 
-def _opts(flags: dict[str, Any]) -> Options:
-    progress = not flags.pop("no_progress", False)
-    return Options(progress=progress, **flags)
+def _opts(no_progress: bool = False, **flags: Unpack[OptionFlags]) -> Options:
+    return Options(progress=not no_progress, **flags)
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -115,31 +139,31 @@ def main() -> None:
 
 @main.command("relay")
 @_options("config", "mode", "filter", "stop_at_end", "master", "progress", "summary")
-def relay_command(**flags: Any) -> None:
+def relay_command(**flags: Unpack[Flags]) -> None:
     """Copy the configured topics from the source to the target."""
     from relay.commands.relay import relay
 
-    opts = _opts(flags)
+    opts = _opts(**flags)
     sys.exit(run_guarded(opts.debug, lambda: relay(opts)))
 
 
 @main.command("check")
 @_options("config", "mode", "filter")
-def check_command(**flags: Any) -> None:
+def check_command(**flags: Unpack[Flags]) -> None:
     """Validate the config, reach the clusters and the store, print the plan; move nothing."""
     from relay.commands.check import check
 
-    opts = _opts(flags)
+    opts = _opts(**flags)
     sys.exit(run_guarded(opts.debug, lambda: check(opts)))
 
 
 @main.command("backup")
 @_options("config", "mode", "filter", "stop_at_end", "master", "progress", "summary")
-def backup_command(**flags: Any) -> None:
+def backup_command(**flags: Unpack[Flags]) -> None:
     """Back the configured topics up into segments in [store], exactly once."""
     from relay.commands.relay import backup
 
-    opts = _opts(flags)
+    opts = _opts(**flags)
     sys.exit(run_guarded(opts.debug, lambda: backup(opts)))
 
 
@@ -159,23 +183,25 @@ def restore_command(
     until_time: int | None,
     create_topics: bool,
     groups: bool,
-    **flags: Any,
+    **flags: Unpack[Flags],
 ) -> None:
     """Restore the configured topics from [store] into [target], exactly once."""
     from relay.commands.restore import restore
     from relay.pipelines.restore.driver import RestoreOptions
 
-    opts = _opts(flags)
+    opts = _opts(**flags)
     if follow and opts.stop_at_end:
         raise click.UsageError("--stop-at-end and --follow exclude each other")
     options = RestoreOptions(follow, from_time, until_time, create_topics)
     sys.exit(run_guarded(opts.debug, lambda: restore(opts, options, groups)))
 
 
-class DurationParam(click.ParamType[float, Any]):
+class DurationParam(click.ParamType[float, str | float]):
     name = "DURATION"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+    def convert(
+        self, value: str | float, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         try:
             return parse_duration(value)
         except ValueError as exc:
@@ -184,17 +210,27 @@ class DurationParam(click.ParamType[float, Any]):
 
 @main.command("compact")
 @_options("config", "master")
-@click.option("--level", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Merge segments of this level into level + 1.")  # fmt: skip
-@click.option("--min-age", type=DurationParam(), default="1h", show_default=True,
-              help="Leave segments younger than this alone.")  # fmt: skip
+@click.option(
+    "--level",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Merge segments of this level into level + 1.",
+)
+@click.option(
+    "--min-age",
+    type=DurationParam(),
+    default="1h",
+    show_default=True,
+    help="Leave segments younger than this alone.",
+)
 @click.option("--delete", is_flag=True, help="Delete merged inputs once the result is checked.")
-def compact_command(level: int, min_age: float, delete: bool, **flags: Any) -> None:
+def compact_command(level: int, min_age: float, delete: bool, **flags: Unpack[Flags]) -> None:
     """Merge small segments of [store] into bigger ones (a Spark job)."""
     from relay.commands.compact import compact
     from relay.pipelines.compact.driver import CompactOptions
 
-    opts = _opts(flags)
+    opts = _opts(**flags)
     options = CompactOptions(level, min_age, delete)
     sys.exit(run_guarded(opts.debug, lambda: compact(opts, options)))
 
@@ -213,12 +249,22 @@ def compact_command(level: int, min_age: float, delete: bool, **flags: Any) -> N
     is_flag=True,
     help="Verify a restore: [target]'s topics against the [store] they came from.",
 )
-@click.option("--partitions", "partitions", multiple=True, metavar="TOPIC[:N,M]",
-              help="Only these source partitions (repeatable): topic, or topic:0,1.")  # fmt: skip
-@click.option("--from-time", type=TimeParam(), default=None,
-              help="Only source records from this time (ISO 8601 or ms).")  # fmt: skip
-@click.option("--until-time", type=TimeParam(), default=None,
-              help="Only source records before this time.")  # fmt: skip
+@click.option(
+    "--partitions",
+    "partitions",
+    multiple=True,
+    metavar="TOPIC[:N,M]",
+    help="Only these source partitions (repeatable): topic, or topic:0,1.",
+)
+@click.option(
+    "--from-time",
+    type=TimeParam(),
+    default=None,
+    help="Only source records from this time (ISO 8601 or ms).",
+)
+@click.option(
+    "--until-time", type=TimeParam(), default=None, help="Only source records before this time."
+)
 @click.option(
     "--sample",
     type=click.FloatRange(0.0, 1.0, min_open=True),
@@ -230,12 +276,24 @@ def compact_command(level: int, min_age: float, delete: bool, **flags: Any) -> N
     is_flag=True,
     help="Keep verifying behind a running copy until stopped ([verify], /metrics).",
 )
-@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
-              help="Write every partition's result to this JSON file.")  # fmt: skip
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write every partition's result to this JSON file.",
+)
 def verify_command(
-    of_backup: bool, of_restore: bool, partitions: tuple[str, ...], from_time: int | None,
-    until_time: int | None, sample: float, follow: bool, report_path: str | None, **flags: Any,
-) -> None:  # fmt: skip
+    of_backup: bool,
+    of_restore: bool,
+    partitions: tuple[str, ...],
+    from_time: int | None,
+    until_time: int | None,
+    sample: float,
+    follow: bool,
+    report_path: str | None,
+    **flags: Unpack[Flags],
+) -> None:
     """Prove a copy exact, record by record (exit 0 exact, 1 differs, 2 could not verify):
     a relay's destinations, a backup (--store) or a restore (--from-store). Writes nothing."""
     from pathlib import Path
@@ -251,7 +309,7 @@ def verify_command(
         raise click.UsageError("--report is for one check; --follow exports metrics instead")
     path = Path(report_path) if report_path else None
     options = VerifyOptions(kind, partitions, path, scope, follow)
-    opts = _opts(flags)
+    opts = _opts(**flags)
     sys.exit(run_guarded(opts.debug, lambda: verify(opts, options)))
 
 

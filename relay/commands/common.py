@@ -15,14 +15,16 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from relay.errors import ConfigError, KtmError, RelayError, StoppedWhileWaiting
 
 if TYPE_CHECKING:
-    from relay.config import Config
+    from rich.console import Console
+
+    from relay.config import ClusterConfig, Config
     from relay.engine.driver.runner import Runner, RunSummary
 
 log = logging.getLogger("relay")
@@ -74,7 +76,7 @@ def install_signal_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handle)
 
 
-def load(opts: Options, needs: frozenset[str], console: Any = None) -> Config:
+def load(opts: Options, needs: frozenset[str], console: Console | None = None) -> Config:
     from relay.config import load_config
     from relay.logs import setup_logging
 
@@ -138,7 +140,7 @@ def run_pipeline(
     return 0
 
 
-def halted_line(halted: list[dict[str, Any]]) -> str:
+def halted_line(halted: list[dict[str, object]]) -> str:
     """The run's end with halted partitions: each named, with what to do."""
     where = ", ".join(
         f"{h['source_topic']}[{h['source_partition']}] at offset {h['offset']} "
@@ -181,7 +183,7 @@ def log_summary(summary: RunSummary, kind: str) -> None:
     )
 
 
-def write_summary(path: str, summary: Any) -> None:
+def write_summary(path: str, summary: RunSummary) -> None:
     """The run's numbers for programs (the benchmark reads them instead of log lines)."""
     data = dataclasses.asdict(summary)
     data["next_offsets"] = {f"{t}/{p}": o for (t, p), o in sorted(summary.next_offsets.items())}
@@ -192,13 +194,15 @@ def write_summary(path: str, summary: Any) -> None:
         raise ConfigError(f"--summary-json {path}: cannot write: {exc.strerror}") from exc
 
 
-class TimeParam(click.ParamType[int, Any]):
+class TimeParam(click.ParamType[int, str | int]):
     """A point in time: ISO 8601 ("2026-11-23T10:00:00Z", "2026-11-23"; no zone means UTC)
     or milliseconds since the epoch. Converted to milliseconds."""
 
     name = "TIME"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+    def convert(
+        self, value: str | int, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
         if isinstance(value, int):
             return value
         text = str(value).strip()
@@ -213,7 +217,7 @@ class TimeParam(click.ParamType[int, Any]):
         return int(moment.timestamp() * 1000)
 
 
-def members_line(cluster: Any, timeout: float, group: str) -> str:
+def members_line(cluster: ClusterConfig, timeout: float, group: str) -> str:
     """How many ktm processes run on this config now (they share its partitions)."""
     from relay.clients.consumer_groups import group_members
 

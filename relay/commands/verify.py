@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from relay.config import Config
     from relay.engine.spark import Spark
     from relay.pipelines.verify.driver import Progress
+    from relay.pipelines.verify.plan import VerifyPlan
 
 log = logging.getLogger(__name__)
 NEEDS = {
@@ -89,7 +90,7 @@ def verify(opts: Options, options: VerifyOptions) -> int:
     return 0
 
 
-def _plan(cfg: Config, opts: Options, options: VerifyOptions) -> Any:
+def _plan(cfg: Config, opts: Options, options: VerifyOptions) -> VerifyPlan:
     from relay.pipelines.verify.plan import parse_partitions, plan_verify
 
     selection = parse_partitions(options.partitions)
