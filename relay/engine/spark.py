@@ -1,13 +1,10 @@
 """Spark: starting the context, shipping ktm's code to executors, running rounds as jobs.
 
-Only this module imports pyspark, and only when work starts (`ktm --help` stays fast).
+Only this module and relay.engine.jvm (the JVM's launch and end) import pyspark, and only when
+work starts (`ktm --help` stays fast).
 
 - A plain SparkContext, no SparkSession: ktm uses no SQL, and the session's start-up costs
   about two seconds more (measured: 2.5 s against 4.4 s on the 2-core test machine).
-- The JVM runs in its own session (process group), with its output in a log file: a stop signal
-  sent to ktm's process group (Ctrl+C in a terminal, systemd's KillMode=control-group) reaches
-  the driver only, and the driver decides when Spark stops. The JVM still dies with the driver:
-  it exits when its stdin pipe from the driver closes.
 - A round is one job with one task per partition group, run on a thread so the driver keeps
   watching live progress while it runs. Cancelling the job is a last resort (it kills Python
   tasks without their `finally`); the normal stop is cooperative, through relay.engine.channel.
@@ -20,48 +17,35 @@ import gc
 import logging
 import os
 import re
-import signal
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from relay import internals
 from relay.config import SparkConfig
 from relay.engine import class_archive
+from relay.engine.jvm import JVM_EXIT_TIMEOUT, _end_jvm, _start_context
 from relay.engine.shipping import package_zip
 from relay.errors import RelayError
 from relay.spec import TaskResult, TaskSpec
 
 if TYPE_CHECKING:  # the executor side imports kafka-python: not at the driver's start
+    from py4j.java_gateway import JavaGateway
+    from pyspark import SparkContext
+
     from relay.engine.executor.sides import Sides
+
+    # what makes a task's Sides from its spec: a class of an importable module
+    MakeSides = Callable[..., Sides]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")  # a batch job's task spec
 R = TypeVar("R")  # and its result
 
-_LOG4J2 = """\
-rootLogger.level = warn
-rootLogger.appenderRef.file.ref = file
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {path}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{HH:mm:ss.SSS}} %p %c{{1}}: %m%n
-"""
-
-_DEFAULT_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.python.worker.reuse": "true",
-    # Tasks run for a whole round: locality waits would only delay their start.
-    "spark.locality.wait": "0s",
-}
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
-JVM_EXIT_TIMEOUT = 10.0
 
 
 def default_master(partitions: int) -> str:
@@ -82,8 +66,9 @@ class Spark:
         self.log_dir = log_dir
         self.log_path = log_dir / "spark.log"
         self._configured_slots = spark_cfg.slots
-        self._gateway: Any = None
+        self._gateway: JavaGateway | None = None
         self._archive = class_archive.ArchivePlan("")
+        self._stopped = False
         # An embedding program (or the test suite) may own a running context already: use it,
         # and leave stopping it to its owner.
         self._owned = internals.active_spark_context() is None
@@ -96,7 +81,7 @@ class Spark:
             self._context.addPyFile(str(package_zip(log_dir)))
         else:
             self._context = SparkContext.getOrCreate()
-            self.master = self._context.master
+            self.master = self._context.master or master
         self.slots = self._count_slots()
 
     @property
@@ -133,14 +118,12 @@ class Spark:
         self.slots = self._count_slots()
         log.debug("spark workers ready: %d processes, %d slots", len(pids), self.slots)
 
-    def submit(
-        self, round_id: int, tasks: Sequence[TaskSpec], sides: Callable[[Any], Sides]
-    ) -> RoundJob:
+    def submit(self, round_id: int, tasks: Sequence[TaskSpec], sides: MakeSides) -> RoundJob:
         """Run a round: each task moves its partitions with the pipeline's `sides` (a class of
         an importable module: Spark ships it by reference)."""
         return RoundJob(self._context, round_id, list(tasks), sides)
 
-    def warm(self, spec: TaskSpec, sides: Callable[[Any], Sides]) -> RoundJob:
+    def warm(self, spec: TaskSpec, sides: MakeSides) -> RoundJob:
         """Each slot's worker opens the clients the first round's tasks will use (`Sides.warm`),
         as a job of its own while the driver waits for its group; the round's tasks queue
         behind it on the slots, and would open the same clients first anyway."""
@@ -170,9 +153,9 @@ class Spark:
         """Stop Spark and wait until its JVM is gone; safe twice. A JVM asked to write the class
         archive at exit is killed instead when `write_archive` is False (a stop on a signal
         must stay prompt: the archive is written by a later run)."""
-        if self._context is None:
+        if self._stopped:
             return
-        context, self._context = self._context, None
+        self._stopped, context = True, self._context
         if not self._owned:
             return
         # PySpark's accumulator server polls its JVM connection once a second and its accept
@@ -204,18 +187,18 @@ class RoundJob:
 
     def __init__(
         self,
-        context: Any,
+        context: SparkContext,
         round_id: int,
         tasks: list[TaskSpec],
-        sides: Callable[[Any], Sides],
-        entry: Callable[[Callable[[Any], Sides], TaskSpec], Any] | None = None,
+        sides: MakeSides,
+        entry: Callable[[MakeSides, TaskSpec], TaskResult | int] | None = None,
     ):
         self._context = context
         self._sides = sides
         self._entry = entry or _run_attempt
         self.group = f"ktm-round-{round_id}"
         self._tasks = tasks
-        self._results: list[TaskResult] = []
+        self._results: list[TaskResult | int] = []
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.group, daemon=True)
@@ -242,10 +225,10 @@ class RoundJob:
         self._done.wait()
         if self._error is not None:  # Py4J wraps a lost worker or executor as a job failure
             raise RelayError(f"Spark job failed: {_first_line(self._error)}") from self._error
-        return self._results
+        return [r for r in self._results if isinstance(r, TaskResult)]  # a warm job's: pids
 
 
-def _run_attempt(sides: Callable[[Any], Sides], task: TaskSpec) -> TaskResult:
+def _run_attempt(sides: MakeSides, task: TaskSpec) -> TaskResult:
     """Executor entry point: tells the task whether Spark is retrying it (a lost executor)."""
     from pyspark import TaskContext
 
@@ -278,7 +261,7 @@ def _tune_gc() -> None:
         gc.set_threshold(*_GC_THRESHOLDS)
 
 
-def _open_clients(sides: Callable[[Any], Sides], task: TaskSpec) -> int:
+def _open_clients(sides: MakeSides, task: TaskSpec) -> int:
     try:
         sides(task).warm()
     except Exception:  # noqa: BLE001 - a head start only: the round's tasks open them again
@@ -290,94 +273,6 @@ def _close_clients(_: int) -> int:
     from relay.clients.worker_cache import close_clients
 
     return close_clients()
-
-
-def _start_context(
-    spark_cfg: SparkConfig, master: str, log_dir: Path, log_path: Path, archive_option: str
-) -> tuple[Any, Any]:
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-
-    _python_for_workers(spark_cfg, master)
-    log4j = log_dir / "log4j2.properties"
-    log4j.write_text(_LOG4J2.format(path=log_path))
-    conf = SparkConf().setMaster(master).setAppName(spark_cfg.app_name)
-    settings = dict(_DEFAULT_CONF)
-    # C1 only: the driver's JVM schedules tasks and moves no records, and C2's compiler threads
-    # burnt ~3.5 CPU seconds of a 1M-record run and slowed Spark's start by ~0.6 s (measured;
-    # scripts/bench). Set spark.driver.extraJavaOptions in [spark].conf to override both.
-    settings["spark.driver.extraJavaOptions"] = (
-        f"-Dlog4j2.configurationFile=file:{log4j} -XX:TieredStopAtLevel=1 {archive_option}"
-    ).strip()
-    if master.startswith("local"):
-        settings["spark.driver.host"] = "127.0.0.1"
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
-    settings.update(dict(spark_cfg.conf))
-    for key, value in settings.items():
-        conf.set(key, value)
-    # PySpark replaces the SIGINT handler with its own (cancel every job, raise
-    # KeyboardInterrupt); the program's handler (ktm's clean stop) must stay.
-    sigint = signal.getsignal(signal.SIGINT)
-    with open(log_path, "ab") as sink:
-        gateway = launch_gateway(
-            conf, popen_kwargs={"stdout": sink, "stderr": sink, "start_new_session": True}
-        )
-    context = SparkContext(conf=conf, gateway=gateway)
-    if sigint is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, sigint)
-    context.setLogLevel("WARN")
-    _quiet_accumulator_server(context)
-    return context, gateway
-
-
-def _python_for_workers(spark_cfg: SparkConfig, master: str) -> None:
-    # PySpark takes the executors' interpreter only from PYSPARK_PYTHON when it is started
-    # from Python (spark.pyspark.python is read by spark-submit alone): honour the config's
-    # choice on a cluster (e.g. "./environment/bin/python" from a packed venv in
-    # spark.archives); otherwise run this interpreter, the one with ktm installed.
-    configured = dict(spark_cfg.conf).get("spark.pyspark.python")
-    if configured and not master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", configured)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-
-def _end_jvm(gateway: Any, timeout: float = JVM_EXIT_TIMEOUT) -> bool:
-    """Shut the gateway and wait for the JVM (and the Python workers it started) to exit;
-    True if it exited by itself with status 0. A timeout of 0 kills it at once."""
-    proc = internals.gateway_process(gateway)
-    try:
-        gateway.shutdown()
-    except Exception as exc:  # noqa: BLE001
-        log.debug("gateway shutdown: %s", exc)
-    internals.forget_gateway()
-    if proc is None:
-        return False
-    if timeout <= 0:  # not waited for: killed at once
-        proc.kill()
-        proc.wait(timeout=JVM_EXIT_TIMEOUT)
-        return False
-    try:
-        proc.stdin.close()  # the JVM exits when this pipe closes
-        return bool(proc.wait(timeout=timeout) == 0)
-    except Exception as exc:  # noqa: BLE001 - a JVM that will not go is killed
-        log.debug("spark JVM did not exit in %ss (%s); killing it", timeout, exc)
-        proc.kill()
-        proc.wait(timeout=JVM_EXIT_TIMEOUT)
-        return False
-
-
-def _quiet_accumulator_server(context: Any) -> None:
-    """PySpark's accumulator server prints a traceback to the terminal when the JVM goes away
-    under it: send it to the debug log instead."""
-    internals.quiet_accumulator_server(
-        context,
-        lambda _request, address: log.debug(
-            "spark accumulator connection from %s ended: %r", address, sys.exc_info()[1]
-        ),
-    )
 
 
 def make_log_dir() -> Path:

@@ -12,10 +12,10 @@ accumulator server). They live here, and only here, with one policy:
 - tests/integration/test_internals.py lists each internal on real objects: an upgrade that
   moves one fails it. setup.cfg pins both libraries to the versions that test passed on.
 
-The modules of relay.clients call the kafka-python ones; relay.engine.spark the PySpark ones.
-The functions live in `relay.internals.producer`, `relay.internals.clients` and
-`relay.internals.spark`, and are called through this package (`internals.accumulator(...)`);
-the list the start-up check reads is here.
+The modules of relay.clients call the kafka-python ones; relay.engine.spark and
+relay.engine.jvm the PySpark ones. The functions live in `relay.internals.producer`,
+`relay.internals.clients` and `relay.internals.spark`, and are called through this package
+(`internals.accumulator(...)`); the list the start-up check reads is here.
 """
 
 from __future__ import annotations
