@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+
+from relay.spec import SourcePartition
 
 
 class SourceFailure(Exception):
     """Reading the source (a cluster or the store) failed; wraps the error."""
 
-    key: Any = None
+    key: SourcePartition | None = None
 
 
 class TargetFailure(Exception):
     """Writing failed; wraps the error. `hole`: records of the partition written after the
     failed ones were acknowledged, so the destination's tail is past records it lacks."""
 
-    def __init__(self, message: str, key: Any = None, hole: bool = False):
+    def __init__(self, message: str, key: SourcePartition | None = None, hole: bool = False):
         super().__init__(message)
         self.key = key
         self.hole = hole
@@ -33,7 +34,7 @@ class Refused(DeliveryFailure):
     partition halts at `halt_at`, the source offset of the first refused record; the records
     before it are relayed (see relay.refusals)."""
 
-    def __init__(self, message: str, key: Any, halt_at: int, hole: bool = False):
+    def __init__(self, message: str, key: SourcePartition | None, halt_at: int, hole: bool = False):
         super().__init__(message, key, hole)
         self.halt_at = halt_at
 
@@ -42,7 +43,13 @@ class SourceLost(SourceFailure):
     """Source records were lost before they were read, and the partition halts at the reader's
     position `halt_at` (relay.losses: on_loss = "stop", or a truncated log)."""
 
-    def __init__(self, message: str, key: Any, halt_at: int, lost: tuple[int, int, str]):
+    def __init__(
+        self,
+        message: str,
+        key: SourcePartition | None,
+        halt_at: int,
+        lost: tuple[int, int, str],
+    ):
         super().__init__(message)
         self.key = key
         self.halt_at = halt_at

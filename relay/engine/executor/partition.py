@@ -11,14 +11,14 @@ from typing import Any, cast
 
 from relay.batches import SourceBatch
 from relay.batches.records import decode_batch
-from relay.engine.executor.sides import BatchWriter, RecordWriter, Writer
-from relay.filters import FilterRecord, FilterRuntimeError, apply_filters
+from relay.engine.executor.sides import BatchWriter, Reader, RecordWriter, Writer
+from relay.filters import Filter, FilterRecord, FilterRuntimeError, apply_filters
 from relay.spec import PartitionProgress, PartitionWork
 
 
 class PartitionState:
     def __init__(
-        self, work: PartitionWork, writer: Writer, filters: list[Any], skip_errors: set[str]
+        self, work: PartitionWork, writer: Writer, filters: list[Filter], skip_errors: set[str]
     ):
         self.route, self.stop = work.route, work.stop
         self.key = work.route.key
@@ -173,7 +173,7 @@ class PartitionState:
         self.hole = self.hole or bool(getattr(failure, "hole", False))
         return failure
 
-    def progress(self, reader: Any, final: bool = False) -> PartitionProgress:
+    def progress(self, reader: Reader | None, final: bool = False) -> PartitionProgress:
         """The partition's totals; a `final` report also names the runs whose fate is unknown
         (written, never acknowledged)."""
         try:

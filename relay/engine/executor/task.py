@@ -48,7 +48,7 @@ BACKED_UP_WAIT = 0.02  # seconds between looks at the acks while the writer is b
 SWEEP_INTERVAL = 0.25  # seconds between passes over every partition of the task
 
 
-def run_task(task: TaskSpec, sides: Callable[[Any], Sides], attempt: int = 0) -> TaskResult:
+def run_task(task: TaskSpec, sides: Callable[..., Sides], attempt: int = 0) -> TaskResult:
     """Move a group of partitions with the pipeline's `sides`, made from the task spec;
     always returns a result, never raises."""
     started = time.monotonic()
