@@ -8,9 +8,12 @@ which format reads a segment without opening it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
+
+import pyarrow as pa
 
 from relay.errors import ConfigError
+from relay.store.fs import Sink
 from relay.store.jsonl_format import JsonLinesFormat
 from relay.store.layout import SEGMENT_EXTENSIONS
 from relay.store.parquet_format import ParquetFormat
@@ -36,12 +39,12 @@ class SegmentFormat(Protocol):
     compressions: tuple[str, ...]  # the first one is the default
 
     def write(
-        self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
+        self, sink: Sink, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
     ) -> None: ...
 
-    def read_meta(self, source: Any, where: str) -> SegmentMeta: ...
+    def read_meta(self, source: pa.NativeFile, where: str) -> SegmentMeta: ...
 
-    def read(self, source: Any, where: str) -> SegmentContents: ...
+    def read(self, source: pa.NativeFile, where: str) -> SegmentContents: ...
 
 
 FORMATS: dict[str, SegmentFormat] = {f.name: f for f in (ParquetFormat(), JsonLinesFormat())}

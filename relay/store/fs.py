@@ -30,9 +30,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO, TypeAlias
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from relay.errors import ConfigError
@@ -76,6 +77,10 @@ class S3Settings:
     secret_key: str | None = field(default=None, repr=False)
 
 
+# A writable binary file a segment is written to: a local file, or pyarrow's stream (S3, memory)
+Sink: TypeAlias = BinaryIO | pa.NativeFile
+
+
 class Backend:
     """Keys relative to ``root`` on ``fs``; subclasses say how to put a file atomically."""
 
@@ -93,7 +98,7 @@ class Backend:
     def put(self, key: str, data: bytes | memoryview) -> None:
         raise NotImplementedError
 
-    def put_stream(self, key: str, write: Callable[[Any], None]) -> None:
+    def put_stream(self, key: str, write: Callable[[Sink], object]) -> None:
         """Call ``write`` with a writable binary file; ``key`` appears, whole, only if it
         returns (see the module docstring)."""
         raise NotImplementedError
@@ -102,7 +107,7 @@ class Backend:
         with self.fs.open_input_stream(self.full_path(key)) as stream:
             return bytes(stream.read())
 
-    def open(self, key: str) -> Any:
+    def open(self, key: str) -> pa.NativeFile:
         """A random-access file for reading ``key`` (close it when done)."""
         return self.fs.open_input_file(self.full_path(key))
 
@@ -134,7 +139,7 @@ class LocalBackend(Backend):
     def put(self, key: str, data: bytes | memoryview) -> None:
         self.put_stream(key, lambda file: file.write(data))
 
-    def put_stream(self, key: str, write: Callable[[Any], None]) -> None:
+    def put_stream(self, key: str, write: Callable[[Sink], object]) -> None:
         final = Path(self.full_path(key))
         final.parent.mkdir(parents=True, exist_ok=True)
         temp = final.with_name(temp_name(final.name))
@@ -178,7 +183,7 @@ class S3Backend(Backend):
             self.fs.delete_file(path)
             raise OSError(f"uploaded {len(data)} bytes but the object holds {size}")
 
-    def put_stream(self, key: str, write: Callable[[Any], None]) -> None:
+    def put_stream(self, key: str, write: Callable[[Sink], object]) -> None:
         final = self.full_path(key)
         folder, name = final.rsplit("/", 1)
         temp = f"{folder}/{temp_name(name)}"
@@ -230,7 +235,10 @@ class S3Backend(Backend):
 
 
 def _s3_filesystem(settings: S3Settings) -> pafs.S3FileSystem:
-    options: dict[str, Any] = {"region": settings.region, "allow_delayed_open": True}
+    options: dict[str, str | bool | None] = {
+        "region": settings.region,
+        "allow_delayed_open": True,
+    }
     if settings.endpoint:
         parsed = urlparse(settings.endpoint)
         options["scheme"] = parsed.scheme

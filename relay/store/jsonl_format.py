@@ -13,12 +13,15 @@ import io
 import json
 from base64 import b64decode, b64encode
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, BinaryIO
 
 import pyarrow as pa
 
 from relay.store.checks import checked_records, segment_errors
 from relay.store.records import SegmentBuffer, SegmentContents, SegmentMeta, StoredRecord
+
+if TYPE_CHECKING:
+    from relay.store.fs import Sink
 
 LINES_PER_WRITE = 4096
 _RECORD_FIELDS = {"offset", "timestamp", "timestamp_type", "key", "value", "headers"}
@@ -66,7 +69,7 @@ def parse_record(line: str) -> StoredRecord:
     return StoredRecord(*numbers, _unb64(data["key"]), _unb64(data["value"]), tuple(headers))
 
 
-def _lines(source: Any) -> Iterator[str]:
+def _lines(source: pa.NativeFile | BinaryIO) -> Iterator[str]:
     """Complete lines of ``source`` without their newline; ValueError on a cut-off last line."""
     # pyarrow's files claim to be io.BufferedIOBase but cannot readline(): wrap them.
     reader = io.BufferedReader(source) if isinstance(source, pa.NativeFile) else source
@@ -84,7 +87,7 @@ class JsonLinesFormat:
     compressions: tuple[str, ...] = ("none",)
 
     def write(
-        self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
+        self, sink: Sink, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
     ) -> None:
         if compression != "none":
             raise ValueError(f"the jsonl format takes no compression, got {compression!r}")
@@ -98,11 +101,11 @@ class JsonLinesFormat:
         if lines:
             sink.write(("\n".join(lines) + "\n").encode("utf-8"))
 
-    def read_meta(self, source: Any, where: str) -> SegmentMeta:
+    def read_meta(self, source: pa.NativeFile, where: str) -> SegmentMeta:
         with segment_errors(where):
             return _parse_meta(next(_lines(source), None))
 
-    def read(self, source: Any, where: str) -> SegmentContents:
+    def read(self, source: pa.NativeFile, where: str) -> SegmentContents:
         lines = _lines(source)
         with segment_errors(where):
             meta = _parse_meta(next(lines, None))

@@ -17,8 +17,8 @@ Facts about pyarrow that shaped this module:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,6 +31,9 @@ from relay.store.records import (
     SegmentMeta,
     StoredRecord,
 )
+
+if TYPE_CHECKING:
+    from relay.store.fs import Sink
 
 META_PREFIX = "ktm."
 HEADER_TYPE = pa.list_(
@@ -51,7 +54,9 @@ ROW_GROUP_BYTES = 64 * 1024 * 1024  # bounds the memory a reader needs per row g
 READ_BATCH_ROWS = 16_384
 
 
-def _headers_array(starts: Any, names: Any, values: Any) -> pa.Array:
+def _headers_array(
+    starts: Sequence[int], names: Sequence[str], values: Sequence[bytes | None]
+) -> pa.Array:
     entries = pa.StructArray.from_arrays(
         [pa.array(names, pa.string()), pa.array(values, pa.binary())],
         fields=list(HEADER_TYPE.value_type),
@@ -76,16 +81,17 @@ def to_table(buffer: SegmentBuffer, meta: SegmentMeta) -> pa.Table:
 
 def meta_from_metadata(metadata: dict[bytes, bytes] | None) -> SegmentMeta:
     """SegmentMeta from a Parquet key-value metadata map; ValueError when absent or malformed."""
-    fields: dict[str, Any] = {}
+    texts: dict[str, str] = {}
     for raw_key, raw_value in (metadata or {}).items():
         key = raw_key.decode()
         if key.startswith(META_PREFIX):
-            fields[key[len(META_PREFIX) :]] = raw_value.decode()
-    if not fields:
+            texts[key[len(META_PREFIX) :]] = raw_value.decode()
+    if not texts:
         raise ValueError("no ktm metadata (not a ktm segment)")
+    fields: dict[str, str | int] = dict(texts)
     for name, kind in META_FIELD_TYPES.items():
-        if kind is int and name in fields:
-            fields[name] = _parse_int(name, fields[name])
+        if kind is int and name in texts:
+            fields[name] = _parse_int(name, texts[name])
     return SegmentMeta.from_dict(fields)
 
 
@@ -104,7 +110,7 @@ class ParquetFormat:
     compressions: tuple[str, ...] = COMPRESSIONS
 
     def write(
-        self, sink: Any, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
+        self, sink: Sink, chunks: Iterable[SegmentBuffer], meta: SegmentMeta, compression: str
     ) -> None:
         """Write the records of ``chunks``, in order, as one segment to ``sink`` (a path or a
         writable binary file): a chunk at a time, so a big segment never sits in memory whole."""
@@ -122,12 +128,12 @@ class ParquetFormat:
                     rows = max(1024, ROW_GROUP_BYTES * chunk.count // max(1, chunk.size_bytes))
                     writer.write_table(to_table(chunk, meta), row_group_size=rows)
 
-    def read_meta(self, source: Any, where: str) -> SegmentMeta:
+    def read_meta(self, source: pa.NativeFile, where: str) -> SegmentMeta:
         """The metadata only: reads the footer (a few ranged reads on S3), no record data."""
         with segment_errors(where):
             return meta_from_metadata(pq.read_metadata(source).metadata)
 
-    def read(self, source: Any, where: str) -> SegmentContents:
+    def read(self, source: pa.NativeFile, where: str) -> SegmentContents:
         """The metadata, and every record in offset order (decoded a batch of rows at a time)."""
         with segment_errors(where):
             parquet = pq.ParquetFile(source, page_checksum_verification=True)

@@ -9,7 +9,7 @@ their order, duplicate names and null values, and both timestamp types are recor
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
@@ -85,7 +85,7 @@ class SegmentMeta:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SegmentMeta:
+    def from_dict(cls, data: Mapping[str, object]) -> SegmentMeta:
         """Inverse of to_dict; ValueError (naming the field) on a missing or mistyped field."""
         fields: dict[str, Any] = {}
         for name, kind in META_FIELD_TYPES.items():

@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +20,7 @@ import pyarrow.fs as pafs
 
 from relay.store.errors import SegmentError, StoreError
 from relay.store.formats import SegmentFormat, check_compression, get_format
-from relay.store.fs import Backend, open_backend
+from relay.store.fs import Backend, Sink, open_backend
 from relay.store.layout import (
     GROUPS_DIR,
     SegmentRef,
@@ -141,7 +142,7 @@ class SegmentStore:
         fmt, compression, ref = _segment_target(segment_format, meta, compression)
         seen = _Tally()
 
-        def write(sink: Any) -> None:
+        def write(sink: Sink) -> None:
             fmt.write(sink, seen.counting(chunks), meta, compression)
             seen.check(meta)  # raising here leaves nothing under the final key
 
@@ -249,7 +250,7 @@ class SegmentStore:
 
     # --- JSON snapshots ------------------------------------------------------------------
 
-    def write_json(self, key: str, obj: Any) -> None:
+    def write_json(self, key: str, obj: object) -> None:
         """Write ``obj`` as JSON under ``key`` (e.g. layout.group_snapshot_path()), atomically."""
         data = json.dumps(obj, indent=2, sort_keys=True).encode() + b"\n"
         with self._errors("write", key):
@@ -296,7 +297,9 @@ def _is_topic(name: str) -> bool:
         return False
 
 
-def _with_file_info(ref: SegmentRef, *, size: int | None, mtime: Any = None) -> SegmentRef:
+def _with_file_info(
+    ref: SegmentRef, *, size: int | None, mtime: datetime | None = None
+) -> SegmentRef:
     modified = mtime.timestamp() if mtime is not None else None
     return dataclasses.replace(ref, size=size, modified=modified)
 
