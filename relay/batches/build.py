@@ -90,13 +90,9 @@ def rebuild(
     soon as it is complete: one destination batch's records are held at a time.
     `copy_fraction` 1 merges every source batch smaller than the budget, copyable or not (the
     writer asks for that when the destination, not the CPU, holds the relay back)."""
-    built: list[DestBatch] = []
-    group: list[Member] = []
-    size = 0
     room = budget - PROVENANCE_ROOM
-    limit = max(limit, budget)
-    next_offset = start
-    bounds = (start, stop, drop)
+    packer = _Packer((start, stop, drop), origin, codec, room, max(limit, budget), copy_fraction)
+    next_offset, add = start, packer.add
     for batch in batches:
         header = batch.header
         if stop is not None and header.base_offset >= stop:
@@ -106,22 +102,41 @@ def rebuild(
             next_offset = batch_next if stop is None else min(batch_next, stop)
         if batch_next <= start or header.attributes & CONTROL or header.record_count == 0:
             continue
-        member = Member(batch, start, stop, drop)
-        cost = len(member.records) + GROWTH_PER_RECORD * header.record_count
-        alone = cost > limit or (member.copyable and cost >= room // copy_fraction)
-        if group and (alone or size + cost > room):
-            built += _build(group, bounds, origin, codec)
-            group, size = [], 0
-        if cost > limit:
-            built += _split(member, bounds, origin, codec, room)
+        add(Member(batch, start, stop, drop))
+    return Rebuilt(packer.finish(), next_offset)
+
+
+class _Packer:
+    """Members packed, in order, into destination batches of at most `room` bytes of records,
+    each built as soon as it is complete (see the module docstring for what stays alone)."""
+
+    def __init__(
+        self, bounds: Bounds, origin: Origin, codec: int, room: int, limit: int, fraction: int
+    ):
+        self.bounds, self.origin, self.codec = bounds, origin, codec
+        self.room, self.limit, self.alone_from = room, limit, room // fraction
+        self.built: list[DestBatch] = []
+        self.group: list[Member] = []
+        self.size = 0
+
+    def add(self, member: Member) -> None:
+        cost = len(member.records) + GROWTH_PER_RECORD * member.batch.header.record_count
+        alone = cost > self.limit or (member.copyable and cost >= self.alone_from)
+        if self.group and (alone or self.size + cost > self.room):
+            self.built += _build(self.group, self.bounds, self.origin, self.codec)
+            self.group, self.size = [], 0
+        if cost > self.limit:
+            self.built += _split(member, self.bounds, self.origin, self.codec, self.room)
         elif alone:
-            built += _build([member], bounds, origin, codec)
+            self.built += _build([member], self.bounds, self.origin, self.codec)
         else:
-            group.append(member)
-            size += cost
-    if group:
-        built += _build(group, bounds, origin, codec)
-    return Rebuilt(built, next_offset)
+            self.group.append(member)
+            self.size += cost
+
+    def finish(self) -> list[DestBatch]:
+        if self.group:
+            self.built += _build(self.group, self.bounds, self.origin, self.codec)
+        return self.built
 
 
 def _build(group: list[Member], bounds: Bounds, origin: Origin, codec: int) -> list[DestBatch]:

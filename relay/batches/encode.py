@@ -10,24 +10,24 @@ Timestamps are kept as CreateTime, whatever type the source recorded, as restore
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from relay.batches.build import DEFAULT_BUDGET, PROVENANCE_ROOM, DestBatch, Origin, finish_batch
-from relay.batches.records import provenance_header
+from relay.batches.merge import add_to_runs
+from relay.batches.records import Record, provenance_header
 from relay.batches.varint import encode_varint
 
 _NULL = encode_varint(-1)
 
 
 def encode_records(
-    records: Sequence[Any], origin: Origin, codec: int, budget: int = DEFAULT_BUDGET
+    records: Sequence[Record], origin: Origin, codec: int, budget: int = DEFAULT_BUDGET
 ) -> list[DestBatch]:
     """Destination batches for `records` (each with `offset`, `timestamp`, `key`, `value` and
     `headers`), in order, of at most `budget` bytes of records before compression (a record
     larger than that goes alone)."""
     out: list[DestBatch] = []
     room = budget - PROVENANCE_ROOM
-    batch: list[Any] = []
+    batch: list[Record] = []
     frames: list[bytes] = []
     size = 0
     for record in records:
@@ -45,14 +45,11 @@ def encode_records(
     return out
 
 
-def _close(batch: list[Any], frames: list[bytes], origin: Origin, codec: int) -> DestBatch:
+def _close(batch: list[Record], frames: list[bytes], origin: Origin, codec: int) -> DestBatch:
     """The batch, its last record framed again with the provenance header."""
     runs: list[list[int]] = []
     for record in batch:
-        if runs and runs[-1][1] + 1 == record.offset:
-            runs[-1][1] = record.offset
-        else:
-            runs.append([record.offset, record.offset])
+        add_to_runs(runs, record.offset)
     base_ts, last = batch[0].timestamp, batch[-1]
     spans = [(first, last) for first, last in runs]
     header = provenance_header(origin.cluster, origin.topic, origin.partition, spans)
@@ -63,7 +60,7 @@ def _close(batch: list[Any], frames: list[bytes], origin: Origin, codec: int) ->
     return DestBatch(payload, len(batch), batch[0].offset, last.offset, len(part), False, max_ts)
 
 
-def _frame(record: Any, timestamp_delta: int, offset_delta: int, extra_header: bytes) -> bytes:
+def _frame(record: Record, timestamp_delta: int, offset_delta: int, extra_header: bytes) -> bytes:
     """One record: attributes 0, its deltas, key, value, its headers and `extra_header` (an
     encoded header, or b"") after them."""
     body = b"".join(

@@ -76,6 +76,14 @@ class Member:
         )
 
 
+def add_to_runs(runs: list[list[int]], offset: int) -> None:
+    """`offset`, the next one placed, into `runs` ([first, last] of consecutive offsets)."""
+    if runs and runs[-1][1] + 1 == offset:
+        runs[-1][1] = offset
+    else:
+        runs.append([offset, offset])
+
+
 def finish_batch(part: bytes, codec: int, count: int, first_ts: int, max_ts: int) -> bytearray:
     if codec != codecs.NONE:
         compressed = codecs.compress(codec, part)
@@ -214,10 +222,7 @@ class Rebase:
                 self.size += len(frame)
                 self.last, self.last_size = (records, pos, ts_delta, offset_delta), len(frame)
                 self.last_offset = offset
-                if runs and runs[-1][1] + 1 == offset:
-                    runs[-1][1] = offset
-                else:
-                    runs.append([offset, offset])
+                add_to_runs(runs, offset)
             pos = end
         self.base_ts = base_ts
         if pos != len(records):

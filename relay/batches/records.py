@@ -8,8 +8,8 @@ where an offset or timestamp delta changes, and one header appended to a record.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, Protocol
 
 from relay.batches.format import LOG_APPEND_TIME, SourceBatch
 from relay.batches.varint import encode_varint, read_varint
@@ -90,6 +90,22 @@ def provenance_header(
     """The encoded `ktm.src` header (key and value, the batch form of relay.provenance.header)
     appended to a destination batch's last record."""
     return encode_header(PROVENANCE_HEADER, format_runs(cluster, topic, partition, runs))
+
+
+class Record(Protocol):
+    """A record as ktm reads it field by field: `Decoded` from a batch, kafka-python's
+    ConsumerRecord (the relay's record path) or a StoredRecord from a segment (restore)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]] | None: ...
 
 
 class Decoded(NamedTuple):

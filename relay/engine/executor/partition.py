@@ -7,10 +7,11 @@ Kafka, or in a segment written to the store).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import cast
 
 from relay.batches import SourceBatch
-from relay.batches.records import decode_batch
+from relay.batches.records import Record, decode_batch
 from relay.engine.executor.sides import BatchWriter, Reader, RecordWriter, Writer
 from relay.filters import Filter, FilterRecord, FilterRuntimeError, apply_filters
 from relay.spec import PartitionProgress, PartitionWork
@@ -36,12 +37,14 @@ class PartitionState:
 
     # ---- reading ------------------------------------------------------------------------------
 
-    def handle(self, records: list[Any]) -> None:
+    def handle(self, fetched: Sequence[Record] | Sequence[SourceBatch]) -> None:
         """Filter and write one fetch of this partition's records, in order (or, on the batch
         path, its record batches: see `_handle_batches`)."""
-        if records and isinstance(records[0], SourceBatch):
-            self._handle_batches(records)
+        # a fetch brings record batches or records, never both (Reader.poll)
+        if fetched and isinstance(fetched[0], SourceBatch):
+            self._handle_batches(cast("Sequence[SourceBatch]", fetched))
             return
+        records = cast("Sequence[Record]", fetched)
         if self.stop is not None:
             records = [r for r in records if r.offset < self.stop]
         if not records:
@@ -53,7 +56,7 @@ class PartitionState:
         cast(RecordWriter, self.writer).write(records)
         self.processed_to = max(self.processed_to, handled_to)
 
-    def _handle_batches(self, batches: list[SourceBatch]) -> None:
+    def _handle_batches(self, batches: Sequence[SourceBatch]) -> None:
         """The batches are written (rebuilt whole for Kafka, decoded into columns for the store),
         from the first offset not handled yet (a fetch may start inside a batch) up to the stop
         offset. Filters see each record, decoded from the batch; a rejected one is left out. If
@@ -76,7 +79,7 @@ class PartitionState:
             raise failure
 
     def _judge(
-        self, batches: list[SourceBatch], start: int, drop: set[int]
+        self, batches: Sequence[SourceBatch], start: int, drop: set[int]
     ) -> tuple[int, tuple[FilterRuntimeError, int] | None]:
         """Ask the filters about every record from `start` up to the stop offset: rejected
         offsets go into `drop`. Returns how many records were seen, and the error that stops
@@ -109,7 +112,7 @@ class PartitionState:
         if self.stop is not None and self.processed_to >= self.stop:
             self.reached_stop = True
 
-    def _allowed(self, records: list[Any]) -> list[Any]:
+    def _allowed(self, records: Sequence[Record]) -> list[Record]:
         """The records every filter allows. If a filter fails (on_error = "stop"), the records
         before the failing one are still written, so the stop loses no time and skips nothing."""
         allowed = []
@@ -124,7 +127,7 @@ class PartitionState:
                 raise
         return allowed
 
-    def _rejected(self, record: Any) -> bool:
+    def _rejected(self, record: Record) -> bool:
         view = FilterRecord(
             self.route.topic,
             self.route.partition,
@@ -132,7 +135,8 @@ class PartitionState:
             record.timestamp,
             record.key,
             record.value,
-            list(record.headers or ()),
+            # FilterRecord says bytes; a header's value may be null, passed on as None
+            cast("list[tuple[str, bytes]]", list(record.headers or ())),
         )
         try:
             rejected_by = apply_filters(self._filters, view)

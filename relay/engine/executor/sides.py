@@ -9,13 +9,14 @@ The Kafka clients the sides open are cached per worker process (relay.clients.wo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from relay.batches import SourceBatch
+from relay.batches.records import Record
 from relay.engine.executor.failures import TargetFailure
 from relay.losses import Loss
 from relay.spec import FetchTrouble, PartitionWork
@@ -45,7 +46,7 @@ class Writer(Protocol):
 class RecordWriter(Writer, Protocol):
     """A writer of records one by one (the record path: restore, and the relay's fallback)."""
 
-    def write(self, records: list[Any]) -> None: ...
+    def write(self, records: Sequence[Record]) -> None: ...
 
 
 class BatchWriter(Writer, Protocol):
@@ -54,7 +55,7 @@ class BatchWriter(Writer, Protocol):
     fetch (past transaction markers and offset gaps)."""
 
     def write_batches(
-        self, batches: list[SourceBatch], start: int, stop: int | None, drop: AbstractSet[int]
+        self, batches: Sequence[SourceBatch], start: int, stop: int | None, drop: AbstractSet[int]
     ) -> tuple[int, int]: ...
 
 
@@ -63,7 +64,7 @@ class Reader(Protocol):
     path relay.clients.batch_reader.BatchReader) or a store (restore's StoreReader)."""
 
     def assign(self, starts: Mapping[TP, int]) -> None: ...
-    def poll(self, timeout: float) -> Mapping[TP, list[Any]]:
+    def poll(self, timeout: float) -> Mapping[TP, Sequence[Record] | Sequence[SourceBatch]]:
         """Records or record batches per partition, as the task's writers take them."""
         ...
 

@@ -20,10 +20,10 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from relay.batches import SourceBatch
+from relay.batches.records import Record
 from relay.clients.settings import is_retriable
 from relay.engine.channel import ChannelClient
 from relay.engine.executor.failures import (
@@ -34,7 +34,7 @@ from relay.engine.executor.failures import (
     TargetFailure,
 )
 from relay.engine.executor.partition import PartitionState
-from relay.engine.executor.sides import Reader, Sides
+from relay.engine.executor.sides import TP, Reader, Sides
 from relay.engine.executor.throttle import Throttle
 from relay.filters import FilterRuntimeError, cached_filters
 from relay.losses import Loss
@@ -292,7 +292,7 @@ class TaskRun:
         )
 
 
-def _volume(batch: Mapping[Any, list[Any]]) -> tuple[int, int]:
+def _volume(batch: Mapping[TP, Sequence[Record] | Sequence[SourceBatch]]) -> tuple[int, int]:
     """Records and bytes one read brought: record batches (their headers' counts and sizes) or
     records (their keys and values)."""
     records = size = 0
