@@ -111,7 +111,7 @@ def run_pipeline(
     from rich.console import Console
 
     from relay.engine.driver.progress import Progress
-    from relay.engine.metrics import MetricsServer
+    from relay.engine.metrics_server import MetricsServer
 
     live = opts.progress and opts.log_format == "text" and sys.stdout.isatty()
     console = Console() if live else None

@@ -1,4 +1,5 @@
-"""Every Prometheus metric ktm exports, and the small HTTP server for /metrics and /healthz.
+"""Every Prometheus metric ktm exports (the HTTP server for /metrics and /healthz is
+relay.engine.metrics_server).
 
 Metrics are declared here only. The registry is passed in, so tests use a fresh one.
 Executors do not touch metrics: tasks report counts and the driver records them.
@@ -6,25 +7,18 @@ Executors do not touch metrics: tasks report counts and the driver records them.
 
 from __future__ import annotations
 
-import json
-import logging
-import threading
-from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.exposition import generate_latest
 
-from relay.errors import ConfigError
-
-log = logging.getLogger(__name__)
+# relay.pipelines.verify.follow imports the server from here
+from relay.engine.metrics_server import MetricsServer  # noqa: F401
 
 ROUTE_LABELS = ("source_topic", "source_partition", "target_topic", "target_partition")
 ALL_PARTITIONS = "*"  # the partition label of a per-topic series ([app].partition_metrics)
@@ -40,6 +34,19 @@ class Metrics:
         # [app].partition_metrics = false: one series per topic, partition label "*"
         self.per_partition = per_partition
         r = self.registry
+        self._record_metrics(r)
+        self._source_metrics(r)
+        self._pace_metrics(r)
+        self._round_metrics(r)
+        self._error_metrics(r)
+        self._partition_fate_metrics(r)
+        self._discovery_metrics(r)
+        self._group_metrics(r)
+        self._acl_and_config_metrics(r)
+        self._verify_metrics(r)
+
+    def _record_metrics(self, r: CollectorRegistry) -> None:
+        """Records read, written and filtered, and what they weigh."""
         self.consumed = Counter(
             "ktm_messages_consumed", "Records read from the source", ROUTE_LABELS, registry=r
         )
@@ -74,56 +81,9 @@ class Metrics:
             ("source_topic", "source_partition"),
             registry=r,
         )
-        self.lag = Gauge(
-            "ktm_partition_lag",
-            "Source end offset minus the next offset to relay",
-            ("source_topic", "source_partition"),
-            registry=r,
-        )
-        self.next_offset = Gauge(
-            "ktm_source_next_offset",
-            "First source offset not yet acknowledged by the destination",
-            ("source_topic", "source_partition"),
-            registry=r,
-        )
-        self.fetch_failures = Counter(
-            "ktm_fetch_failures",
-            "Fetches from a source broker that failed or timed out (the tasks retry them)",
-            ("node",),
-            registry=r,
-        )
-        self.fetch_waiting = Gauge(
-            "ktm_fetch_waiting_seconds",
-            "How long the oldest fetch out to a source broker has waited for its answer",
-            ("node",),
-            registry=r,
-        )
-        self.limit = Gauge(
-            "ktm_limit",
-            "This process's share of [limits] (per second; 0: no limit)",
-            ("kind",),  # records, bytes
-            registry=r,
-        )
-        self.throttled = Counter(
-            "ktm_throttled_seconds",
-            "Time the tasks held back their reads to stay within [limits]",
-            registry=r,
-        )
-        self.latency = Histogram(
-            "ktm_replication_latency_seconds",
-            "Destination ack time minus the record's source timestamp (sampled per fetch)",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
-            registry=r,
-        )
-        self.errors = Counter("ktm_errors", "Errors by kind", ("kind",), registry=r)
-        self.retries = Counter(
-            "ktm_retries", "Retries after a retriable error", ("side",), registry=r
-        )
-        self.produce_retries = Counter(
-            "ktm_produce_retries",
-            "Epochs re-run after the destination failed (unacknowledged records produced again)",
-            registry=r,
-        )
+
+    def _source_metrics(self, r: CollectorRegistry) -> None:
+        """The source nodes: their health, the active one, the fetches from them."""
         self.node_up = Gauge(
             "ktm_source_node_up",
             "1 if the source node answered its last health check",
@@ -145,6 +105,58 @@ class Metrics:
             ("from_node", "to_node", "reason"),
             registry=r,
         )
+        self.fetch_failures = Counter(
+            "ktm_fetch_failures",
+            "Fetches from a source broker that failed or timed out (the tasks retry them)",
+            ("node",),
+            registry=r,
+        )
+        self.fetch_waiting = Gauge(
+            "ktm_fetch_waiting_seconds",
+            "How long the oldest fetch out to a source broker has waited for its answer",
+            ("node",),
+            registry=r,
+        )
+
+    def _pace_metrics(self, r: CollectorRegistry) -> None:
+        """How far behind the copy is, and what holds it back ([limits])."""
+        self.lag = Gauge(
+            "ktm_partition_lag",
+            "Source end offset minus the next offset to relay",
+            ("source_topic", "source_partition"),
+            registry=r,
+        )
+        self.next_offset = Gauge(
+            "ktm_source_next_offset",
+            "First source offset not yet acknowledged by the destination",
+            ("source_topic", "source_partition"),
+            registry=r,
+        )
+        self.first_record = Gauge(
+            "ktm_first_record_seconds",
+            "Seconds from start to the first record acknowledged by the destination",
+            registry=r,
+        )
+        self.latency = Histogram(
+            "ktm_replication_latency_seconds",
+            "Destination ack time minus the record's source timestamp (sampled per fetch)",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=r,
+        )
+        self.limit = Gauge(
+            "ktm_limit",
+            "This process's share of [limits] (per second; 0: no limit)",
+            ("kind",),  # records, bytes
+            registry=r,
+        )
+        self.throttled = Counter(
+            "ktm_throttled_seconds",
+            "Time the tasks held back their reads to stay within [limits]",
+            registry=r,
+        )
+
+    def _round_metrics(self, r: CollectorRegistry) -> None:
+        """Rounds, the Spark slots they run in, and this process's share of the group."""
         self.round_duration = Histogram(
             "ktm_round_duration_seconds",
             "Wall time of one round (one Spark job whose tasks run until the driver stops them)",
@@ -158,14 +170,14 @@ class Metrics:
             ("reason",),
             registry=r,
         )
-        self.task_slots = Gauge(
-            "ktm_task_slots", "Spark task slots the relay runs its tasks in", registry=r
-        )
         self.round_gap = Counter(
             "ktm_round_gap_seconds",
             "Time between rounds: from a round's stop request until every task of the next "
             "round reported (records wait this long)",
             registry=r,
+        )
+        self.task_slots = Gauge(
+            "ktm_task_slots", "Spark task slots the relay runs its tasks in", registry=r
         )
         self.assigned_partitions = Gauge(
             "ktm_assigned_partitions",
@@ -178,11 +190,21 @@ class Metrics:
         self.rebalances = Counter(
             "ktm_rebalances", "Group rebalances this process stopped its work for", registry=r
         )
-        self.first_record = Gauge(
-            "ktm_first_record_seconds",
-            "Seconds from start to the first record acknowledged by the destination",
+
+    def _error_metrics(self, r: CollectorRegistry) -> None:
+        """Errors, and the retries after them."""
+        self.errors = Counter("ktm_errors", "Errors by kind", ("kind",), registry=r)
+        self.retries = Counter(
+            "ktm_retries", "Retries after a retriable error", ("side",), registry=r
+        )
+        self.produce_retries = Counter(
+            "ktm_produce_retries",
+            "Epochs re-run after the destination failed (unacknowledged records produced again)",
             registry=r,
         )
+
+    def _partition_fate_metrics(self, r: CollectorRegistry) -> None:
+        """Partitions that cannot go on as they were: holes, halts, lost records, waits."""
         self.holes = Counter(
             "ktm_destination_holes",
             "Failed batches followed by acknowledged ones (a hole at the destination): the "
@@ -214,12 +236,9 @@ class Metrics:
             ("source_topic", "source_partition", "reason"),
             registry=r,
         )
-        self._topic_and_group_metrics(r)
-        self._acl_and_config_metrics(r)
-        self._verify_metrics(r)
 
-    def _topic_and_group_metrics(self, r: CollectorRegistry) -> None:
-        """Topics found while running, and consumer groups carried over ([discover], [groups])."""
+    def _discovery_metrics(self, r: CollectorRegistry) -> None:
+        """Topics and partitions found while running ([discover])."""
         self.topics_created = Counter(
             "ktm_topics_created", "Destination topics ktm created", registry=r
         )
@@ -228,6 +247,9 @@ class Metrics:
             "Source partitions found while running (new topics, added partitions)",
             registry=r,
         )
+
+    def _group_metrics(self, r: CollectorRegistry) -> None:
+        """Consumer groups carried over ([groups])."""
         self.groups_synced = Gauge(
             "ktm_groups_synced",
             "Consumer groups whose last sync translated every partition they committed",
@@ -263,9 +285,10 @@ class Metrics:
     def _acl_and_config_metrics(self, r: CollectorRegistry) -> None:
         """Topic ACLs copied ([acls]) and topic configs kept in step ([target].config_sync)."""
         self.acls_created = Counter(
-            "ktm_acls_created", "Topic ACLs ktm created on the target, copied from the source",
+            "ktm_acls_created",
+            "Topic ACLs ktm created on the target, copied from the source",
             registry=r,
-        )  # fmt: skip
+        )
         self.acl_failures = Counter(
             "ktm_acl_failures", "Topic ACLs the target refused to create", registry=r
         )
@@ -298,44 +321,17 @@ class Metrics:
             registry=r,
         )
         self.verified = Counter(
-            "ktm_verified_records", "Records of the copy compared with the source", labels,
+            "ktm_verified_records",
+            "Records of the copy compared with the source",
+            labels,
             registry=r,
-        )  # fmt: skip
+        )
         self.verify_age = Gauge(
             "ktm_verify_age_seconds",
             "Seconds since the last verify pass ended (copy: relay, backup or restore)",
             ("copy",),
             registry=r,
         )
-
-
-class MetricsServer:
-    """Serves /metrics (Prometheus text) and /healthz (JSON) on a background thread."""
-
-    def __init__(
-        self,
-        metrics: Metrics,
-        addr: tuple[str, int],
-        health: Callable[[], tuple[bool, dict[str, object]]],
-    ):
-        handler = _handler(metrics.registry, health)
-        try:
-            self._server = ThreadingHTTPServer(addr, handler)
-        except OSError as exc:
-            raise ConfigError(
-                f"[app].metrics_addr: cannot listen on {addr[0]}:{addr[1]}: {exc.strerror}"
-            ) from exc
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        # A short poll interval: close() waits for the serving loop to notice.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 def partition_label(metrics: Metrics, partition: int) -> str:
@@ -349,30 +345,3 @@ def per_topic(values: Mapping[tuple[str, int], float]) -> dict[tuple[str, int | 
     for (topic, _), value in values.items():
         sums[(topic, ALL_PARTITIONS)] = sums.get((topic, ALL_PARTITIONS), 0) + value
     return sums
-
-
-def _handler(
-    registry: CollectorRegistry, health: Callable[[], tuple[bool, dict[str, object]]]
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # the name BaseHTTPRequestHandler calls
-            if self.path.split("?")[0] == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
-            elif self.path.split("?")[0] == "/healthz":
-                ok, detail = health()
-                body = json.dumps({"status": "ok" if ok else "unhealthy", **detail}).encode()
-                self._send(200 if ok else 503, "application/json", body)
-            else:
-                self._send(404, "text/plain", b"not found: try /metrics or /healthz\n")
-
-        def _send(self, code: int, ctype: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("http: " + format, *args)
-
-    return Handler

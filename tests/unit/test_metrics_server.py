@@ -8,7 +8,8 @@ import urllib.request
 
 import pytest
 
-from relay.engine.metrics import Metrics, MetricsServer
+from relay.engine.metrics import Metrics
+from relay.engine.metrics_server import MetricsServer
 from relay.errors import ConfigError
 
 
