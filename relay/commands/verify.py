@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from relay.engine.spark import Spark
     from relay.pipelines.verify.driver import Progress
     from relay.pipelines.verify.plan import VerifyPlan
+    from relay.pipelines.verify.spec import PartitionReport
 
 log = logging.getLogger(__name__)
 NEEDS = {
@@ -52,7 +53,6 @@ class VerifyOptions:
 
 
 def verify(opts: Options, options: VerifyOptions) -> int:
-    from relay.pipelines.verify import report
     from relay.pipelines.verify.driver import VerifyPipeline, verify_all
 
     cfg = load(opts, NEEDS[options.kind])
@@ -72,10 +72,24 @@ def verify(opts: Options, options: VerifyOptions) -> int:
                 "start": round(ready - began, 2),
                 "passes": round(time.monotonic() - ready, 2),
             }
+    return _report(reports, timing, options)
+
+
+def _report(
+    reports: list[PartitionReport], timing: dict[str, float], options: VerifyOptions
+) -> int:
+    """The numbers logged, every partition not plainly exact and the summary printed, the
+    report written if asked for; 1 if the copy differs."""
+    from relay.pipelines.verify import report
+
     compared = sum(r.compared for r in reports)
-    log.info("verify: %d records compared in %.1fs (%.0f/s), after %.1fs to plan and start Spark",
-             compared, timing["passes"], compared / max(timing["passes"], 1e-9),
-             timing["start"])  # fmt: skip
+    log.info(
+        "verify: %d records compared in %.1fs (%.0f/s), after %.1fs to plan and start Spark",
+        compared,
+        timing["passes"],
+        compared / max(timing["passes"], 1e-9),
+        timing["start"],
+    )
     scope = options.scope.describe()
     for one in reports:
         if not one.exact or one.notes or one.deleted:
@@ -133,9 +147,12 @@ def _bar(opts: Options, total: int) -> Iterator[Callable[[Progress], None]]:
         return
     from rich import progress as rich
 
-    columns = (rich.TextColumn("verify"), rich.BarColumn(),
-               rich.TextColumn("{task.completed:,} / {task.total:,} records"),
-               rich.TimeRemainingColumn())  # fmt: skip
+    columns = (
+        rich.TextColumn("verify"),
+        rich.BarColumn(),
+        rich.TextColumn("{task.completed:,} / {task.total:,} records"),
+        rich.TimeRemainingColumn(),
+    )
     with rich.Progress(*columns, transient=True) as bar:
         task = bar.add_task("verify", total=max(total, 1))
 
