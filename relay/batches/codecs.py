@@ -14,7 +14,11 @@ import importlib
 import io
 import struct
 import threading
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # an optional library, imported when a batch needs it
+    from zstandard import ZstdCompressor, ZstdDecompressor
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -36,7 +40,7 @@ class CodecUnavailable(RuntimeError):
 
 
 @functools.cache
-def _library(name: str) -> Any:
+def _library(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
@@ -89,8 +93,8 @@ def _snappy_decode(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _zstd() -> tuple[Any, Any]:
-    contexts = getattr(_local, "zstd", None)
+def _zstd() -> tuple[ZstdCompressor, ZstdDecompressor]:
+    contexts: tuple[ZstdCompressor, ZstdDecompressor] | None = getattr(_local, "zstd", None)
     if contexts is None:
         zstandard = _library("zstandard")
         contexts = _local.zstd = (zstandard.ZstdCompressor(), zstandard.ZstdDecompressor())

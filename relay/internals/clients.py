@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relay.internals.missing import Missing, attr
 
@@ -64,7 +64,7 @@ def group_member_count(admin: KafkaAdminClient, group: str) -> int:
     build = attr(admin, "_describe_groups_request", "KafkaAdminClient._describe_groups_request")
     manager = attr(admin, "_manager", "KafkaAdminClient._manager")
 
-    async def describe(_: Any) -> int:
+    async def describe(_: KafkaAdminClient) -> int:
         coordinators = await find([group])
         response = await manager.send(build([group]), node_id=coordinators[group])
         return sum(len(described.members) for described in response.groups)
@@ -72,7 +72,7 @@ def group_member_count(admin: KafkaAdminClient, group: str) -> int:
     return int(manager.run(describe, admin))
 
 
-def metadata_config(client: Any) -> dict[str, Any]:
+def metadata_config(client: object) -> dict[str, object]:
     """The config dict a client's cluster metadata reads (`allow_auto_create_topics`)."""
     cluster = getattr(client, "_metadata", None)  # a producer's
     if cluster is None:  # a consumer's or an admin client's

@@ -21,7 +21,7 @@ class Missing(KtmError):
         )
 
 
-def attr(owner: Any, name: str, what: str) -> Any:
+def attr(owner: object, name: str, what: str) -> Any:
     """`owner.name`, or Missing naming `what`."""
     try:
         return getattr(owner, name)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relay.internals.missing import Missing, attr
 
 if TYPE_CHECKING:  # kafka-python's own classes (untyped: they say what each argument is)
     from kafka import KafkaProducer, TopicPartition
+    from kafka.cluster import ClusterMetadata
     from kafka.producer.future import FutureProduceResult
     from kafka.producer.producer_batch import ProducerBatch
     from kafka.producer.record_accumulator import RecordAccumulator
@@ -27,14 +30,16 @@ def sender(producer: KafkaProducer) -> Sender:
     return attr(producer, "_sender", "KafkaProducer._sender")
 
 
-def partition_queue(acc: RecordAccumulator, tp: TopicPartition) -> Any:
+def partition_queue(acc: RecordAccumulator, tp: TopicPartition) -> deque[ProducerBatch]:
     """The deque of batches of one partition (hold `partition_lock` while using it)."""
-    return attr(acc, "_batches", "RecordAccumulator._batches")[tp]
+    queue: deque[ProducerBatch] = attr(acc, "_batches", "RecordAccumulator._batches")[tp]
+    return queue
 
 
-def partition_lock(acc: RecordAccumulator, tp: TopicPartition) -> Any:
+def partition_lock(acc: RecordAccumulator, tp: TopicPartition) -> threading.Lock:
     """The lock that guards one partition's queue, as the accumulator takes it."""
-    return attr(acc, "_tp_lock", "RecordAccumulator._tp_lock")(tp)
+    lock: threading.Lock = attr(acc, "_tp_lock", "RecordAccumulator._tp_lock")(tp)
+    return lock
 
 
 @contextmanager
@@ -117,8 +122,8 @@ def on_batch_failure(
     dispatch = attr(the_sender, "_dispatch_error", "Sender._dispatch_error")
 
     def dispatch_and_hook(
-        batch: ProducerBatch, exception: BaseException, partition_response: Any
-    ) -> Any:
+        batch: ProducerBatch, exception: BaseException, partition_response: object
+    ) -> object:
         outcome = dispatch(batch, exception, partition_response)
         hook(batch, batch.produce_future)
         return outcome
@@ -183,8 +188,10 @@ def on_drain(
     """Call `hook({node id: batches})` with what each drain took from the queues (I/O thread)."""
     drain = attr(acc, "drain", "RecordAccumulator.drain")
 
-    def drain_and_hook(cluster: Any, nodes: Any, max_size: int, now: float | None = None) -> Any:
-        drained = drain(cluster, nodes, max_size, now=now)
+    def drain_and_hook(
+        cluster: ClusterMetadata, nodes: set[int], max_size: int, now: float | None = None
+    ) -> dict[int, list[ProducerBatch]]:
+        drained: dict[int, list[ProducerBatch]] = drain(cluster, nodes, max_size, now=now)
         hook(drained)
         return drained
 
@@ -231,8 +238,8 @@ def on_batch_error(
     dispatch = attr(the_sender, "_dispatch_error", "Sender._dispatch_error")
 
     def translate_and_dispatch(
-        batch: ProducerBatch, exception: BaseException, partition_response: Any
-    ) -> Any:
+        batch: ProducerBatch, exception: BaseException, partition_response: object
+    ) -> object:
         return dispatch(batch, translate(batch, exception), partition_response)
 
     the_sender._dispatch_error = translate_and_dispatch
