@@ -118,7 +118,7 @@ class FilterRecord:
     timestamp: int  # milliseconds since the epoch
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)  # a value may be null
 
     def __repr__(self) -> str:
         # Position only: keys and values may be large or hold personal data.

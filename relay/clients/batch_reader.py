@@ -1,4 +1,4 @@
-"""Executor-side reading of a group of source partitions as record batches (the batch path).
+"""Executor-side reading of a task's source partitions as record batches (the batch path).
 
 The same interface as `SourceReader` (assign, poll, positions, highwater, pause, commits), but a
 poll returns each partition's whole record batches as bytes (`relay.batches.SourceBatch`), never

@@ -1,4 +1,4 @@
-"""Executor-side reading of a group of source partitions (kafka-python).
+"""Executor-side reading of a task's source partitions (kafka-python).
 
 One `SourceReader` is cached per worker process and reused from one round to the next: it never
 subscribes (no group rebalances), it is assigned the task's partitions with assign/seek (one

@@ -67,7 +67,7 @@ TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 REFUSED = (InvalidTimestampError, InvalidRecordError)
 
 # (timestamp ms, key, value, headers) of one record to produce
-Item = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
+Item = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 
 
 # (how many of the given records, the delivery of the run holding them)

@@ -116,7 +116,7 @@ class SparkConfig:
     master: str | None = field(default=None, metadata=_reads(_optional_text))  # None: local[N]
     app_name: str = field(default="ktm", metadata=_reads(_text))
     slots: int = field(default=0, metadata=_reads(_int, minimum=0))  # 0: ask Spark
-    # How often the driver checks whether re-planning the partition groups would pay off.
+    # How often the driver checks whether re-planning the tasks' partitions would pay off.
     rebalance_interval: float = field(default=30.0, metadata=_reads(_duration, positive=True))
     control_port: int = field(default=0, metadata=_reads(_int, minimum=0, maximum=65535))
     conf: tuple[tuple[str, str], ...] = field(default=(), metadata=_reads(_spark_conf))

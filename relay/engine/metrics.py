@@ -18,7 +18,6 @@ from prometheus_client import (
 )
 
 # relay.pipelines.verify.follow imports the server from here
-from relay.engine.metrics_server import MetricsServer  # noqa: F401
 
 ROUTE_LABELS = ("source_topic", "source_partition", "target_topic", "target_partition")
 ALL_PARTITIONS = "*"  # the partition label of a per-topic series ([app].partition_metrics)

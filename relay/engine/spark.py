@@ -5,9 +5,10 @@ work starts (`ktm --help` stays fast).
 
 - A plain SparkContext, no SparkSession: ktm uses no SQL, and the session's start-up costs
   about two seconds more (measured: 2.5 s against 4.4 s on the 2-core test machine).
-- A round is one job with one task per partition group, run on a thread so the driver keeps
-  watching live progress while it runs. Cancelling the job is a last resort (it kills Python
-  tasks without their `finally`); the normal stop is cooperative, through relay.engine.channel.
+- A round is one job with at most one task per slot, each serving its partitions, run on a
+  thread so the driver keeps watching live progress while it runs. Cancelling the job is a
+  last resort (it kills Python tasks without their `finally`); the normal stop is
+  cooperative, through relay.engine.channel.
 """
 
 from __future__ import annotations

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from relay.batches import DestBatch, Origin, SourceBatch, codecs, rebuild
 from relay.batches.build import COPY_FRACTION, DEFAULT_BUDGET
 from relay.batches.encode import encode_records
+from relay.batches.records import Record
 from relay.clients import worker_cache
 from relay.clients.producer import REFUSED, TOO_LARGE, Delivery, PartitionFailed, Producer
 from relay.config import TargetConfig
@@ -55,7 +57,7 @@ class _Sent(NamedTuple):
     size: int  # bytes of keys, values and headers
     # what was sent: looked into only when the destination refuses it for good, to name the
     # first record it refuses (the batch is held by the producer until answered anyway)
-    content: DestBatch | list[Any]
+    content: DestBatch | Sequence[Record]
 
 
 class KafkaTarget:
@@ -158,7 +160,7 @@ class KafkaWriter:
         self.segments = 0
         self._latencies = latencies  # shared by the task's partitions, emptied at each report
 
-    def write(self, records: list[Any]) -> None:
+    def write(self, records: Sequence[Record]) -> None:
         """Records one by one (restore; the relay only when the batch path is unavailable):
         framed into destination batches here, the last record of each carrying the batch's
         provenance, when the producer takes built batches; else handed to kafka-python's
@@ -325,7 +327,7 @@ class KafkaWriter:
         index, error = named
         content = sent.content
         if isinstance(content, DestBatch):
-            records: list[Any] = sourced_records(content.payload)
+            records: Sequence[Record] = sourced_records(content.payload)
         else:  # records appended to a producer batch that may hold earlier ones: not indexed
             records, index = content, None
         found = first_refused(records, self.rules, int(time.time() * 1000), index)

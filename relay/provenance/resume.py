@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from relay.batches import SourceBatch
+from relay.batches.records import Record
 from relay.clients import admin, tails
 from relay.config import ClusterConfig
 from relay.errors import KafkaSetupError, RelayError
@@ -49,25 +50,12 @@ class ContinuityError(RelayError):
     """A new source node does not line up with what was relayed: nothing is skipped silently."""
 
 
-class Fingerprint(Protocol):
-    """What tells a record from another across identical nodes (`same_record`)."""
-
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
-    @property
-    def timestamp(self) -> int: ...
-
-
 @dataclass(frozen=True)
 class Delivered:
     """The last record the destination holds from one source partition."""
 
     next_offset: int  # the source offset after it
-    record: Fingerprint  # the destination's copy (key, value, timestamp compared on failover)
+    record: Record  # the destination's copy (key, value, timestamp compared on failover)
     # Its batch is LogAppendTime (a destination topic with message.timestamp.type=
     # LogAppendTime): its timestamp is the broker's append time, not the source's.
     broker_time: bool = False
@@ -333,7 +321,7 @@ REASONS = {
 }
 
 
-def same_record(copy: Fingerprint, source: Fingerprint, broker_time: bool = False) -> bool:
+def same_record(copy: Record, source: Record, broker_time: bool = False) -> bool:
     """Continuity fingerprint: a relayed record and a source record are the same record.
 
     Key, value and CreateTime travel unchanged, so they identify the record across identical
@@ -343,7 +331,7 @@ def same_record(copy: Fingerprint, source: Fingerprint, broker_time: bool = Fals
     """
     if (copy.key, copy.value) != (source.key, source.value):
         return False
-    if without_provenance(copy.headers) != list(source.headers):
+    if without_provenance(copy.headers or ()) != list(source.headers or ()):
         return False
     return broker_time or copy.timestamp == source.timestamp
 

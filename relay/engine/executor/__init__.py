@@ -1,2 +1,2 @@
-"""The executor side of the engine: one task moves a group of partitions through a pipeline's
+"""The executor side of the engine: one task moves its partitions through a pipeline's
 sides, reporting progress, until the driver stops it."""

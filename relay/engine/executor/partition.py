@@ -135,8 +135,7 @@ class PartitionState:
             record.timestamp,
             record.key,
             record.value,
-            # FilterRecord says bytes; a header's value may be null, passed on as None
-            cast("list[tuple[str, bytes]]", list(record.headers or ())),
+            list(record.headers or ()),
         )
         try:
             rejected_by = apply_filters(self._filters, view)

@@ -1,4 +1,4 @@
-"""The executor side: one task moves a group of partitions until the driver stops it.
+"""The executor side: one task moves its partitions until the driver stops it.
 
 read (one reader for the group) -> filters -> write -> once durable, the offset is done ->
 report progress to the driver (relay.engine.channel) -> obey "stop". The same loop serves the three
@@ -49,7 +49,7 @@ SWEEP_INTERVAL = 0.25  # seconds between passes over every partition of the task
 
 
 def run_task(task: TaskSpec, sides: Callable[..., Sides], attempt: int = 0) -> TaskResult:
-    """Move a group of partitions with the pipeline's `sides`, made from the task spec;
+    """Move the task's partitions with the pipeline's `sides`, made from the task spec;
     always returns a result, never raises."""
     started = time.monotonic()
     hello = {"round": task.round_id, "task": task.task_id, "attempt": attempt, "pid": os.getpid()}

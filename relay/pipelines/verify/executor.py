@@ -365,9 +365,9 @@ def _kept(key: SourcePartition, filters: list[Filter], skip: set[str], record: D
     """Whether the relay copies this source record: every filter allows it. A filter that
     raises drops it under on_error = "skip" (as the relay does); otherwise the relay stopped
     there, and nothing past it can be judged."""
-    # as the relay hands records to filters: a header's value may be None (FilterRecord says bytes)
-    headers: list[tuple[str, bytes]] = list(record.headers)  # type: ignore[arg-type]
-    view = FilterRecord(*key, record.offset, record.timestamp, record.key, record.value, headers)
+    view = FilterRecord(
+        *key, record.offset, record.timestamp, record.key, record.value, list(record.headers)
+    )
     try:
         return apply_filters(filters, view) is None
     except FilterRuntimeError as exc:

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from relay.engine.batch import run_on
 from relay.engine.driver.seams import Batches, Engine
-from relay.engine.metrics import Metrics, MetricsServer
+from relay.engine.metrics import Metrics
+from relay.engine.metrics_server import MetricsServer
 from relay.errors import KtmError
 from relay.pipelines.verify import report
 from relay.pipelines.verify.driver import VerifyPipeline
