@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from relay.config import ClusterConfig
-from relay.engine.driver.halts import Halt
 from relay.spec import (
     ChannelAddress,
     PartitionRoute,
@@ -25,10 +24,43 @@ from relay.spec import (
 )
 
 if TYPE_CHECKING:
-    from relay.engine.driver.rows import NodeView
     from relay.engine.executor.sides import Sides
 
 REPORT_INTERVAL = 0.5  # seconds between a task's progress reports to the driver
+
+
+@dataclass(frozen=True)
+class Halt:
+    route: PartitionRoute
+    offset: int  # source offset of the first refused record: everything before it is relayed
+    reason: str  # the destination's refusal, naming the record and the broker's rule
+
+    @property
+    def where(self) -> str:
+        r = self.route
+        target = f"{r.target_topic}[{r.target_partition}]"
+        return f"{r.topic}[{r.partition}] at offset {self.offset} (-> {target})"
+
+    def as_dict(self) -> dict[str, object]:
+        r = self.route
+        return {
+            "source_topic": r.topic,
+            "source_partition": r.partition,
+            "offset": self.offset,
+            "target_topic": r.target_topic,
+            "target_partition": r.target_partition,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One health check's answer: up with its end offsets, or down with the reason."""
+
+    name: str
+    up: bool
+    ends: dict[SourcePartition, int] = field(default_factory=dict)
+    error: str | None = None
 
 
 class CommonFields(TypedDict):

@@ -20,8 +20,8 @@ from relay.clients import admin
 from relay.clients.kept import ClientCache
 from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig, SourcePoolConfig
-from relay.engine.driver.rows import NodeView
 from relay.engine.metrics import Metrics, per_topic
+from relay.engine.pipeline import NodeView
 from relay.errors import ConfigError
 from relay.spec import SourcePartition
 

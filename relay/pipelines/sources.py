@@ -8,9 +8,8 @@ import threading
 from typing import TypedDict, Unpack
 
 from relay.config import ClusterConfig, Config, FetchConfig
-from relay.engine.driver.rows import NodeView
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import Pipeline
+from relay.engine.pipeline import NodeView, Pipeline
 from relay.filters import FilterSpec
 from relay.pipelines.calls import Calls
 from relay.pipelines.recreated import RecreatedTopics

@@ -23,11 +23,10 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
-from relay.engine.driver.halts import Halt
 from relay.engine.driver.runner import Runner
 from relay.engine.driver.seams import WarmSpec
 from relay.engine.metrics import Metrics
-from relay.engine.pipeline import CommonFields, Partitions, Pipeline, Plan, Progress
+from relay.engine.pipeline import CommonFields, Halt, Partitions, Pipeline, Plan, Progress
 from relay.errors import RelayError, StoppedWhileWaiting
 from relay.spec import (
     ChannelAddress,

@@ -22,8 +22,8 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
-from relay.engine.driver.rows import NodeView
 from relay.engine.metrics import Metrics
+from relay.engine.pipeline import NodeView
 from relay.pipelines import source_plan as startup_module
 from relay.pipelines import target_fit
 from relay.pipelines.calls import Calls

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 
 from relay.engine.driver.progress import eta, plain_line, render
-from relay.engine.driver.rows import NodeView
 from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
+from relay.engine.pipeline import NodeView
 from relay.spec import PartitionProgress, PartitionRoute
 
 ROUTES = [

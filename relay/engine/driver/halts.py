@@ -15,36 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from relay.engine.metrics import Metrics, partition_label
+from relay.engine.pipeline import Halt
 from relay.spec import PartitionRoute, SourcePartition
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Halt:
-    route: PartitionRoute
-    offset: int  # source offset of the first refused record: everything before it is relayed
-    reason: str  # the destination's refusal, naming the record and the broker's rule
-
-    @property
-    def where(self) -> str:
-        r = self.route
-        target = f"{r.target_topic}[{r.target_partition}]"
-        return f"{r.topic}[{r.partition}] at offset {self.offset} (-> {target})"
-
-    def as_dict(self) -> dict[str, object]:
-        r = self.route
-        return {
-            "source_topic": r.topic,
-            "source_partition": r.partition,
-            "offset": self.offset,
-            "target_topic": r.target_topic,
-            "target_partition": r.target_partition,
-            "reason": self.reason,
-        }
 
 
 class Halts:

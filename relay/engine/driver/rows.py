@@ -7,10 +7,10 @@ Read-only views the driver's status (relay.engine.driver.status) hands out: the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from relay.engine.driver.halts import Halt
-from relay.spec import PartitionRoute, SourcePartition
+from relay.engine.pipeline import Halt, NodeView
+from relay.spec import PartitionRoute
 
 RATE_WINDOW = 1.0  # seconds over which a partition's rate is measured
 RATE_STALE = 3.0  # a rate not refreshed for this long reads as 0
@@ -18,16 +18,6 @@ RATE_STALE = 3.0  # a rate not refreshed for this long reads as 0
 # restore --follow: why a partition waits (relay.pipelines.restore.store_reader), for logs and
 # /healthz
 WAIT_REASONS = {"empty": "its first segment", "late": "a late segment"}
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One health check's answer: up with its end offsets, or down with the reason."""
-
-    name: str
-    up: bool
-    ends: dict[SourcePartition, int] = field(default_factory=dict)
-    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,7 @@ from typing import Unpack
 
 from relay.clients import admin, consumer_groups
 from relay.config import Config
-from relay.engine.driver.halts import Halt
-from relay.engine.pipeline import CommonFields, Partitions, Plan, Progress
+from relay.engine.pipeline import CommonFields, Halt, Partitions, Plan, Progress
 from relay.pipelines.relay.acl_sync import AclPlan, AclSync
 from relay.pipelines.relay.chores import Periodic
 from relay.pipelines.relay.config_sync import Changes, ConfigSync
