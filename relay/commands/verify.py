@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from relay.commands.common import Options, load
+from relay.commands.common import Options, install_signal_handlers, load
 from relay.errors import ConfigError, KtmError
 from relay.pipelines.verify.spec import Scope
 
@@ -64,7 +65,9 @@ def verify(opts: Options, options: VerifyOptions) -> int:
             if options.follow:
                 from relay.pipelines.verify.follow import follow
 
-                return follow(cfg, pipeline, engine)
+                stop = threading.Event()
+                install_signal_handlers(stop)
+                return follow(cfg, pipeline, engine, stop)
             ready = time.monotonic()
             with _bar(opts, pipeline.progress().total) as on_pass:
                 reports = verify_all(pipeline, engine, on_pass)

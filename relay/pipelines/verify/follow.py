@@ -142,12 +142,8 @@ class FollowSidecar:
             stop.wait(self.cfg.verify.interval)
 
 
-def follow(cfg: Config, pipeline: VerifyPipeline, engine: Spark) -> int:
-    """Passes until SIGINT/SIGTERM; exit 0 when nothing differed, 1 otherwise."""
-    from relay.commands.common import install_signal_handlers
-
-    stop = threading.Event()
-    install_signal_handlers(stop)
+def follow(cfg: Config, pipeline: VerifyPipeline, engine: Spark, stop: threading.Event) -> int:
+    """Passes until `stop` is set (SIGINT/SIGTERM); exit 0 when nothing differed, 1 otherwise."""
     metrics = Metrics(per_partition=True)
     follower = Follower(pipeline, metrics)
     server = None
