@@ -14,7 +14,7 @@ from typing import Any
 
 from relay.batches import Origin, split_batches
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
-from relay.engine.executor.task import TaskRun
+from relay.engine.executor.task import QUIET_REPORTS, TaskRun
 from relay.filters import FilterSpec
 from relay.losses import Loss, out_of_range
 from relay.pipelines.backup.executor import SegmentWriter
@@ -434,6 +434,31 @@ def test_live_reports_carry_the_partitions_that_moved_and_the_final_one_all() ->
         (ROUTES[0].key, 9),
         (ROUTES[1].key, 0),
     ]
+
+
+class TimedChannel(RecordingChannel):
+    """Stops the loop after `seconds`."""
+
+    def __init__(self, seconds: float):
+        super().__init__(reports=1_000_000)
+        self.until = time.monotonic() + seconds
+
+    @property
+    def should_stop(self) -> bool:
+        return time.monotonic() >= self.until
+
+
+def test_an_idle_task_reports_every_few_intervals_not_at_each() -> None:
+    """Nothing new to say: a live report waits QUIET_REPORTS intervals (the driver still hears
+    from the task well within the 8 s after which it takes it for lost)."""
+    spec = dataclasses.replace(task((None, None)), report_interval=0.05)
+    channel = TimedChannel(seconds=1.0)
+    _, error, _ = kafka_run(spec, FakeReader({}), FakeProducer(), channel)
+    assert error is None
+    # the first report says everything; then one per QUIET_REPORTS (4) intervals of 0.05 s:
+    # about 6 in the second, where a report at each interval would make about 20
+    assert QUIET_REPORTS == 4 and 2 <= len(channel.live) <= 8
+    assert [len(r.partitions) for r in channel.live[1:]] == [0] * (len(channel.live) - 1)
 
 
 class LosingReader(FakeReader):

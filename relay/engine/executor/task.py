@@ -46,6 +46,10 @@ EMPTY_POLL_WAIT = 0.2  # seconds a poll may wait; bounds how late "stop" is noti
 COMMIT_INTERVAL = 1.0  # seconds between source group commits of durable offsets
 BACKED_UP_WAIT = 0.02  # seconds between looks at the acks while the writer is backed up
 SWEEP_INTERVAL = 0.25  # seconds between passes over every partition of the task
+# A report with nothing new waits this many report intervals (2 s at the default 0.5 s; the
+# driver takes a task silent for 8 s as lost): an idle task's reports every interval cost it
+# and the driver wake-ups for nothing.
+QUIET_REPORTS = 4
 
 
 def run_task(task: TaskSpec, sides: Callable[..., Sides], attempt: int = 0) -> TaskResult:
@@ -81,6 +85,7 @@ class TaskRun:
         self.throttle = Throttle(None, None)
         self._writing: set[tuple[str, int]] = set()  # partitions with writes not yet durable
         self._reported: dict[tuple[str, int], PartitionProgress] = {}  # as last reported live
+        self._throttled_sent = 0.0  # the seconds throttled the last live report said
 
     def execute(self) -> TaskError | None:
         error: TaskError | None = None
@@ -118,7 +123,7 @@ class TaskRun:
         return error
 
     def _pump(self) -> None:
-        next_report = next_commit = next_sweep = time.monotonic()
+        next_report = next_commit = next_sweep = reported = time.monotonic()
         active: list[PartitionState] = []
         while not self.channel.should_stop:
             now = time.monotonic()
@@ -134,7 +139,11 @@ class TaskRun:
                 self._step(active, sweep)
             now = time.monotonic()
             if now >= next_report:
-                self.channel.report(self.live_result())
+                result, throttled = self.live_result(), self.throttle.held
+                news = _news(result) or throttled != self._throttled_sent
+                if news or now - reported >= QUIET_REPORTS * self.task.report_interval:
+                    self.channel.report(result)
+                    reported, self._throttled_sent = now, throttled
                 next_report = now + self.task.report_interval
             if now >= next_commit:
                 self._commit()
@@ -290,6 +299,12 @@ class TaskRun:
             trouble=tuple(self.reader.take_trouble()) if self.reader is not None else (),
             throttled=round(self.throttle.held, 3),
         )
+
+
+def _news(result: TaskResult) -> bool:
+    """Whether a live report says anything the last one did not: progress (it holds only the
+    partitions that moved), latencies or fetch trouble."""
+    return bool(result.partitions or result.latencies or result.trouble)
 
 
 def _volume(batch: Mapping[TP, Sequence[Record] | Sequence[SourceBatch]]) -> tuple[int, int]:
