@@ -188,16 +188,24 @@ def run_ktm(
         return process.wait(timeout)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, process: Ktm) -> None:
+def wait_for(
+    condition: Callable[[], bool], timeout: float, what: str, process: Ktm, *others: Ktm
+) -> None:
+    """Until `condition`, failing with the logs of `process` (and of `others`, the other
+    processes of a group: why a share never came may be in theirs) if it exits or times out."""
     deadline = time.monotonic() + timeout
     while not condition():
-        if process.proc.poll() is not None:
-            pytest.fail(
-                f"ktm exited ({process.proc.returncode}) before {what}:\n{process.stderr()}"
-            )
+        code = process.proc.poll()
+        if code is not None:
+            pytest.fail(f"ktm exited ({code}) before {what}:\n{_logs(process, *others)}")
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting until {what}:\n{process.stderr()}")
+            logs = _logs(process, *others)
+            pytest.fail(f"timed out after {timeout}s waiting until {what}:\n{logs}")
         time.sleep(0.2)
+
+
+def _logs(*processes: Ktm) -> str:
+    return "\n--- the next process:\n".join(p.stderr() for p in processes)
 
 
 def assert_only_log_lines(stderr: str) -> None:

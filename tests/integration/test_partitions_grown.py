@@ -223,13 +223,13 @@ def test_two_processes_share_the_partitions_a_topic_gains_while_relaying_it(
         return metric_total(port_a, ASSIGNED), metric_total(port_b, ASSIGNED)
 
     try:
-        wait_process(lambda: owned() == (1, 1), 120, "a 1/1 share", a)
+        wait_process(lambda: owned() == (1, 1), 120, "a 1/1 share", a, b)
         wait_process(lambda: copies(dst, dest).total() > 200, 60, "records flowing", a)
         before = feeder.stop()
         grown_at = time.monotonic()
         grow(src, {topic: 4})
         feeder = Feeder(src, topic, 4, per_batch=20, pause=0.1)
-        wait_process(lambda: owned() == (2, 2), 60, "a 2/2 share of 4 partitions", a)
+        wait_process(lambda: owned() == (2, 2), 60, "a 2/2 share of 4 partitions", a, b)
         shared = time.monotonic() - grown_at
         time.sleep(1.0)  # records flow to the new partitions under the new share
         sent = before + feeder.stop()
