@@ -252,7 +252,7 @@ class BatchFetcher:
         offsets = {key: w[0] for key, w in wanted.items()}
         self._turn += 1
         # A lane found idle waits longer, answered as soon as any record comes (Apache Kafka;
-        # Tansu waits it out): idle, 2 lanes at max_wait 30 ms cost a task ~0.025 cores.
+        # Tansu within ~0.25 s): idle, 2 lanes at max_wait 30 ms cost a task ~0.025 cores.
         idle = self._empty.get(where, 0) >= IDLE_AFTER
         terms = self._idle_terms if idle else self._terms
         future = self._client.send(node, terms.request(plan, self._turn))
