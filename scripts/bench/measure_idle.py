@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 from scripts.bench import report
-from scripts.bench.brokers import SIDES, BrokerCpu, used_since
-from scripts.bench.contenders import LABELS, Bench, has_confluent, launch
-from scripts.bench.data import topic_pair
-from scripts.bench.feed import Feeder, probe_reader, warm_up
+from scripts.bench.brokers import SIDES
+from scripts.bench.contenders import LABELS, Bench, has_confluent
+from scripts.bench.feed import warm_up
 from scripts.bench.machine import load_average
-from scripts.bench.measure_live import WARM_UP_TIMEOUT_S, exit_note, stop
+from scripts.bench.measure_live import WARM_UP_TIMEOUT_S, CpuWindow, exit_note, live, stop
 from scripts.bench.options import Options
 from scripts.bench.processes import Finished
 from scripts.bench.report import Table
@@ -35,29 +33,17 @@ class IdleRun:
 
 def idle_once(bench: Bench, kind: str, opts: Options) -> IdleRun:
     run = IdleRun(kind)
-    with (
-        topic_pair(bench.cluster, f"bench-idle-{kind}", opts.partitions) as topics,
-        ExitStack() as s,
-    ):
-        feeder = Feeder(bench.cluster.src, topics[0], opts.partitions, opts.size)
-        s.callback(feeder.close)
-        probe = probe_reader(bench.cluster.dst, topics[1], opts.partitions)
-        s.callback(probe.close)
-        proc = s.enter_context(launch(kind, bench, topics, opts.partitions, continuous=True))
+    with live(bench, kind, opts, f"bench-idle-{kind}") as it:
         try:
-            warm_up(feeder, probe, proc.alive, WARM_UP_TIMEOUT_S)
+            warm_up(it.feeder, it.probe, it.proc.alive, WARM_UP_TIMEOUT_S)
             time.sleep(SETTLE_S)
-            brokers = BrokerCpu(bench.cluster)
-            cpu_before, brokers_before = proc.monitor.cpu_seconds, brokers.seconds()
-            began = time.monotonic()
+            window = CpuWindow(it.proc, bench)
             time.sleep(IDLE_S)
-            took = time.monotonic() - began
-            run.cores = (proc.monitor.cpu_seconds - cpu_before) / took
-            used = used_since(brokers_before, brokers.seconds())
-            run.broker_cores = {side: cpu / took for side, cpu in used.items()}
+            took, cpu, run.broker_cores = window.end()
+            run.cores = cpu / took
         except RuntimeError as exc:
             run.check = f"FAILED: {exc}"
-        run.finished = stop(proc)
+        run.finished = stop(it.proc)
     if run.check == "ok" and run.finished is not None and run.finished.returncode != 0:
         run.check = exit_note(run.finished)
     return run

@@ -7,8 +7,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+
+from kafka import KafkaConsumer
 
 from scripts.bench import report
 from scripts.bench.brokers import SIDES, BrokerCpu, used_since
@@ -64,32 +67,56 @@ class LatencyRun:
     check: str = "ok"
 
 
-def latency_once(bench: Bench, kind: str, opts: Options) -> LatencyRun:
-    run = LatencyRun(kind)
-    with (
-        topic_pair(bench.cluster, f"bench-lat-{kind}", opts.partitions) as topics,
-        ExitStack() as s,
-    ):
+@dataclass
+class Live:
+    """A contender running on a fresh topic pair, with a feeder on its source topic and a
+    reader of its destination topic."""
+
+    feeder: Feeder
+    probe: KafkaConsumer
+    proc: Launched
+
+
+@contextmanager
+def live(bench: Bench, kind: str, opts: Options, name: str) -> Iterator[Live]:
+    with topic_pair(bench.cluster, name, opts.partitions) as topics, ExitStack() as s:
         feeder = Feeder(bench.cluster.src, topics[0], opts.partitions, opts.size)
         s.callback(feeder.close)
         probe = probe_reader(bench.cluster.dst, topics[1], opts.partitions)
         s.callback(probe.close)
         proc = s.enter_context(launch(kind, bench, topics, opts.partitions, continuous=True))
+        yield Live(feeder, probe, proc)
+
+
+class CpuWindow:
+    """The CPU a contender's process tree and each broker use from now until `end`."""
+
+    def __init__(self, proc: Launched, bench: Bench):
+        self.proc, self.brokers = proc, BrokerCpu(bench.cluster)
+        self.cpu, self.broker_cpu = proc.monitor.cpu_seconds, self.brokers.seconds()
+        self.began = time.monotonic()
+
+    def end(self) -> tuple[float, float, dict[str, float]]:
+        """(seconds, the tree's CPU seconds, each broker's cores) since the start."""
+        took = time.monotonic() - self.began
+        used = used_since(self.broker_cpu, self.brokers.seconds())
+        cpu = self.proc.monitor.cpu_seconds - self.cpu
+        return took, cpu, {side: seconds / took for side, seconds in used.items()}
+
+
+def latency_once(bench: Bench, kind: str, opts: Options) -> LatencyRun:
+    run = LatencyRun(kind)
+    with live(bench, kind, opts, f"bench-lat-{kind}") as it:
         try:
-            warm_up(feeder, probe, proc.alive, WARM_UP_TIMEOUT_S)
-            run.warm_up = time.monotonic() - proc.started
-            brokers = BrokerCpu(bench.cluster)
-            cpu_before, brokers_before = proc.monitor.cpu_seconds, brokers.seconds()
-            began = time.monotonic()
-            run.lat = measure_latency(feeder, probe, opts.rate, opts.seconds)
-            took = time.monotonic() - began
-            run.cpu_seconds = proc.monitor.cpu_seconds - cpu_before
+            warm_up(it.feeder, it.probe, it.proc.alive, WARM_UP_TIMEOUT_S)
+            run.warm_up = time.monotonic() - it.proc.started
+            window = CpuWindow(it.proc, bench)
+            run.lat = measure_latency(it.feeder, it.probe, opts.rate, opts.seconds)
+            took, run.cpu_seconds, run.broker_cores = window.end()
             run.cpu_share = run.cpu_seconds / took
-            used = used_since(brokers_before, brokers.seconds())
-            run.broker_cores = {side: cpu / took for side, cpu in used.items()}
         except RuntimeError as exc:
             run.check = f"FAILED: {exc}"
-        run.finished = stop(proc)
+        run.finished = stop(it.proc)
     return _judge_latency(run, int(opts.rate * opts.seconds))
 
 
