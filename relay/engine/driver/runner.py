@@ -41,6 +41,7 @@ from relay.errors import RelayError, StoppedWhileWaiting
 from relay.spec import (
     ChannelAddress,
     PartitionRoute,
+    SourcePartition,
     TaskResult,
     TaskSpec,
 )
@@ -191,7 +192,7 @@ class Runner:
                     if owned is not None and self.stop_at_end:
                         log.info("reached the end offsets seen at start-up")
                         break  # every partition this process owns reached its stop offset
-                    self._tick()  # chores go on while standing by
+                    self._tick(self.status.next_offsets())  # chores go on while standing by
                     self.stops.look(self.routes)
                     self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
                     continue
@@ -262,7 +263,7 @@ class Runner:
             round_id = self._round_id
             tasks = [
                 self.pipeline.task(round_id, index, works, channel.address, share)
-                for index, works in enumerate(map(self.standing.works, plan))
+                for index, works in enumerate(self.standing.works(plan))
             ]
             self.ownership.begin_round(round_id)
             self._round = Round(round_id, plan, engine.submit(round_id, tasks, self.pipeline.sides))
@@ -323,30 +324,31 @@ class Runner:
             self.metrics.round_gap.inc(max(0.0, time.monotonic() - self._gap_from))
             self._gap_from = None
         self.status.observe_nodes(self.pipeline.views(), self.pipeline.active_source())
-        self._tick()
+        nexts = self.status.next_offsets()  # one copy a tick: thousands of partitions
+        self._tick(nexts)
         if self.stops.look(self.routes):
             current.ask_to_stop("recreated", channel)
-        reason = self._end_reason(current)
+        reason = self._end_reason(current, nexts)
         if reason is not None:
             current.ask_to_stop(reason, channel)
         if current.overdue():
             current.cancel()
 
-    def _tick(self) -> None:
+    def _tick(self, nexts: dict[SourcePartition, int]) -> None:
         """The pipeline's chores, shown the run's progress; the partitions it found must halt
         halt (the relay: partitions its destination lacks)."""
-        progress = Progress(self.status.next_offsets(), self.status.owned)
+        progress = Progress(nexts, self.status.owned)
         for halt in self.pipeline.tick(progress):
             self.status.halts.add(halt.route, halt.offset, halt.reason)
 
-    def _end_reason(self, current: Round) -> str | None:
+    def _end_reason(self, current: Round, nexts: dict[SourcePartition, int]) -> str | None:
         if self.stop_event.is_set():
             return "stop"
         if current.failed():
             return "error"
         if not self.ownership.holds(current.round_id):
             return "membership"
-        if self.pipeline.wants_switch(self.status.next_offsets()):
+        if self.pipeline.wants_switch(nexts):
             return "failover"
         if self.pipeline.has_changes():
             return "new partitions"

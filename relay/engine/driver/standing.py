@@ -16,6 +16,7 @@ from relay.engine.driver.ownership import Ownership
 from relay.engine.driver.retry import RetriableRoundError
 from relay.engine.driver.status import Status
 from relay.engine.driver.stops import Stops
+from relay.engine.driver.task_plan import TaskPlan
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline, Plan
 from relay.spec import PartitionRoute, PartitionWork, SourcePartition
@@ -51,11 +52,15 @@ class Standing:
         self.routes = self.routes + plan.routes
         self.status.start(plan.routes, plan.next_offsets, plan.ends, None)
 
-    def works(self, keys: tuple[SourcePartition, ...]) -> tuple[PartitionWork, ...]:
-        """What a task does of each of `keys`: from its next offset up to its stop, if any."""
+    def works(self, plan: TaskPlan) -> list[tuple[PartitionWork, ...]]:
+        """What each task of `plan` does of each of its partitions: from its next offset up to
+        its stop, if any (the offsets read once for the whole round)."""
         nexts, by_key = self.status.next_offsets(), {r.key: r for r in self.routes}
         stops = self.stops.offsets
-        return tuple(PartitionWork(by_key[key], nexts[key], stops.get(key)) for key in keys)
+        return [
+            tuple(PartitionWork(by_key[key], nexts[key], stops.get(key)) for key in keys)
+            for keys in plan
+        ]
 
     def pending(self) -> list[PartitionRoute]:
         """The partitions with records left to relay (a halted one: those before its halt)."""
