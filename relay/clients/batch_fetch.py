@@ -16,6 +16,14 @@ trip is longer than the task loop's tick, or a broker slow to answer a thousand 
 waited for instead of abandoned at every tick; and a broker that answers less than a round
 trip's worth per fetch still fills a long link with two lanes or more.
 
+Lanes pay only while a broker's answers are full (at least `min_bytes`). Once every lane of a
+broker had LIGHT_AFTER light answers in a row (the broker waited out `max_wait` for less), its
+partitions go in one fetch, until an answer is full again. Apache Kafka serves a connection's
+requests one at a time, so a second light lane's fetch waited behind the first's `max_wait`
+(at 1,000 records/s: p50 46 ms with two lanes, 31 ms with one), and each answer costs the task
+a round of its loop. A change of lanes waits until none of the broker's fetches is out, so no
+partition is ever in two fetches at once.
+
 The isolation level is the cluster's (`ClusterConfig.isolation_level`: a source's is
 `[source_pool].isolation_level`). Under read_committed an answer ends at the partition's last
 stable offset and lists the aborted transactions it overlaps (`Fetched.aborted`), which the
@@ -60,6 +68,10 @@ _FRAME_MARGIN = 1024 * 1024  # a response's headers around its records
 # Answers in a row with no record before a lane's fetches wait `idle_wait`: a lull of a few
 # hundred milliseconds, not a gap between two batches of a steady flow.
 IDLE_AFTER = 10
+# Light answers in a row on every lane of a broker before its partitions go in one fetch: a
+# lull between two bursts is no reason to give up the lanes (fewer than IDLE_AFTER: a broker
+# goes down to one lane before its fetches wait idle_wait).
+LIGHT_AFTER = 3
 
 
 class Answer(NamedTuple):
@@ -111,6 +123,9 @@ class BatchFetcher:
             else self._terms
         )
         self._empty: dict[tuple[int, int], int] = {}  # each lane's answers in a row with no data
+        self._light: dict[tuple[int, int], int] = {}  # ... with less than min_bytes
+        self._light_nodes: set[int] = set()  # brokers whose partitions go in one lane
+        self._width: dict[int, int] = {}  # the lanes each broker's partitions go in now
         self._partition_max_bytes = partition_max_bytes
         self._sessions: dict[tuple[int, int], FetchSession] | None = {} if sessions else None
         self._wire: dict[tuple[int, int], _OnTheWire] = {}  # by (node, lane)
@@ -133,7 +148,10 @@ class BatchFetcher:
         refused: list[Answer] = []
         last_epochs = epochs or {}
         for node, keys in self._by_leader(positions, refused).items():
-            for lane, lane_keys in self._by_lane(keys).items():
+            width = self._width_of(node)
+            if width is None:
+                continue  # its lanes change once its fetches on the wire are answered
+            for lane, lane_keys in self._by_lane(keys, width).items():
                 self._lanes.add((node, lane))
                 if (node, lane) not in self._wire:
                     wanted = {
@@ -153,14 +171,41 @@ class BatchFetcher:
         of a thousand partitions skips building their positions)."""
         return bool(self._lanes) and all(lane in self._wire for lane in self._lanes)
 
-    def _by_lane(self, keys: list[TP]) -> dict[int, list[TP]]:
-        """A node's partitions in `lanes` groups, each with a fetch of its own on the wire: a
+    def _by_lane(self, keys: list[TP], width: int) -> dict[int, list[TP]]:
+        """A node's partitions in `width` groups, each with a fetch of its own on the wire: a
         partition keeps its lane (one fetch at a time covers it), new ones go round."""
         lanes: dict[int, list[TP]] = defaultdict(list)
         for key in keys:
             lane = self._lane_of.setdefault(key, len(self._lane_of) % self._lanes_per_node)
-            lanes[lane].append(key)
+            lanes[lane % width].append(key)
         return lanes
+
+    def _width_of(self, node: int) -> int | None:
+        """The lanes a node's partitions go in now: one while it answers light, else `lanes`;
+        None while a change waits for the node's fetches on the wire to be answered."""
+        width = 1 if node in self._light_nodes else self._lanes_per_node
+        if self._width.get(node, width) != width:
+            if any(where[0] == node for where in self._wire):
+                return None
+            self._lanes -= {where for where in self._lanes if where[0] == node}
+            for where in [w for w in self._light if w[0] == node]:
+                del self._light[where]  # counted anew in the new lanes
+        self._width[node] = width
+        return width
+
+    def _weigh(self, where: tuple[int, int], size: int) -> None:
+        """Counts an answer of `size` bytes of records for the lane's idle wait and for the
+        node's lanes (light: under min_bytes)."""
+        self._empty[where] = self._empty.get(where, 0) + 1 if size == 0 else 0
+        node = where[0]
+        if size >= self._terms.min_bytes:
+            self._light[where] = 0
+            self._light_nodes.discard(node)
+            return
+        self._light[where] = self._light.get(where, 0) + 1
+        lanes = [w for w in self._lanes if w[0] == node]
+        if self._lanes_per_node > 1 and all(self._light.get(w, 0) >= LIGHT_AFTER for w in lanes):
+            self._light_nodes.add(node)
 
     def receive(self, timeout: float) -> list[Answer]:
         """The answers to the fetches that completed, waiting up to `timeout` seconds for the
@@ -177,8 +222,7 @@ class BatchFetcher:
                 del self._wire[where]
                 answered = self._answers_of(wire)
                 if wire.future.succeeded():
-                    empty = not any(a.fetched.data for a in answered)
-                    self._empty[where] = self._empty.get(where, 0) + 1 if empty else 0
+                    self._weigh(where, sum(len(a.fetched.data) for a in answered))
                 answers += answered
         return answers
 

@@ -215,7 +215,8 @@ class SourcePoolConfig:
     fetch_max_wait: float = field(default=0.03, metadata=_reads(_duration, maximum=10.0))
     # Fetches on the wire per source broker, each for its share of the task's partitions: a
     # broker that answers less than a round trip's worth per fetch (Tansu: ~5 MB, one
-    # partition's data) still keeps a long link busy.
+    # partition's data) still keeps a long link busy. Only while its answers are full: a
+    # broker answering light gets one (relay.clients.batch_fetch).
     fetch_in_flight: int = field(default=2, metadata=_reads(_int, minimum=1, maximum=8))
     # A fetch's wait once its partitions had nothing for a while (0: never more than
     # fetch_max_wait): answered at the first record by Apache Kafka, so an idle relay costs

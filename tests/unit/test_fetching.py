@@ -12,7 +12,7 @@ import pytest
 from kafka import errors as kafka_errors
 from kafka.future import Future
 
-from relay.clients.batch_fetch import IDLE_AFTER, BatchFetcher
+from relay.clients.batch_fetch import IDLE_AFTER, LIGHT_AFTER, BatchFetcher
 from relay.clients.fetch_session import INVALID_FETCH_SESSION_EPOCH, FetchSession
 from relay.config import ClusterConfig
 
@@ -145,6 +145,62 @@ def test_a_lane_found_idle_waits_longer_until_a_record_comes(net):
     round_trip(b"a batch")
     again = round_trip(b"")
     assert (again.max_wait_ms, again.min_bytes) == (30, 65536)
+
+
+def _answer_out(net: FakeNet, lane_bytes: int, only: int | None = None) -> None:
+    """Answers every fetch still out (or only the one at index `only`) with `lane_bytes`
+    bytes of records in all, spread over the partitions it names."""
+    for index, (_, request, future) in enumerate(net.sent):
+        if future.is_done or (only is not None and index != only):
+            continue
+        keys = named(request)
+        net.answer(index, {p: b"x" * (lane_bytes // len(keys)) for _, p in keys})
+
+
+def test_a_broker_answering_light_gets_one_fetch_until_an_answer_is_full():
+    """Two lanes while answers are full; after LIGHT_AFTER light answers on each, one fetch
+    names every partition of the broker; a full answer brings the two lanes back."""
+    net = FakeNet(leaders={(T, 0): 1, (T, 1): 1})
+    cluster = ClusterConfig("src", ("x:1",))
+    f = BatchFetcher(cluster, min_bytes=100, lanes=2, client=net)
+    positions = {(T, 0): 0, (T, 1): 0}
+    f.send(positions)
+    for _ in range(LIGHT_AFTER):
+        assert sorted(len(named(r)) for r in net.to(1)[-2:]) == [1, 1]  # two lanes
+        _answer_out(net, 10)
+        f.receive(0.0)
+        f.send(positions)
+    assert named(net.to(1)[-1]) == positions  # one fetch for both
+    _answer_out(net, 100)  # a full answer
+    f.receive(0.0)
+    f.send(positions)
+    assert [named(r) for r in net.to(1)[-2:]] == [{(T, 0): 0}, {(T, 1): 0}]
+
+
+def test_lanes_change_only_once_none_of_the_brokers_fetches_is_out():
+    """A partition is never in two fetches at once: the merged fetch waits for the lane
+    still out."""
+    net = FakeNet(leaders={(T, 0): 1, (T, 1): 1})
+    cluster = ClusterConfig("src", ("x:1",))
+    f = BatchFetcher(cluster, min_bytes=100, lanes=2, client=net)
+    positions = {(T, 0): 0, (T, 1): 0}
+    f.send(positions)
+    for _ in range(LIGHT_AFTER - 1):
+        _answer_out(net, 10)
+        f.receive(0.0)
+        f.send(positions)
+    lane_0 = len(net.sent) - 2
+    _answer_out(net, 10, only=lane_0 + 1)  # lane 1's third light answer; it is sent again
+    f.receive(0.0)
+    f.send(positions)
+    _answer_out(net, 10, only=lane_0)  # lane 0's third: the broker is light
+    f.receive(0.0)
+    f.send(positions)
+    assert len(net.sent) == lane_0 + 3  # lane 1 still out: nothing sent
+    _answer_out(net, 10)
+    f.receive(0.0)
+    f.send(positions)
+    assert len(net.sent) == lane_0 + 4 and named(net.sent[-1][1]) == positions
 
 
 def test_receive_waits_no_longer_than_asked_and_returns_nothing_when_none_answered(net):
