@@ -29,6 +29,7 @@ from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.kept import kept
 from relay.clients.login import check_login, login_problem
 from relay.clients.settings import (  # noqa: F401
+    NO_CLIENT_METRICS,
     client_settings,
     describe,
     is_retriable,
@@ -69,6 +70,7 @@ def probe_consumer(
         try:
             consumer = KafkaConsumer(
                 **client_settings(cluster, timeout),
+                **NO_CLIENT_METRICS,
                 group_id=group_id,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",

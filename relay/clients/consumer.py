@@ -16,7 +16,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
-from relay.clients.settings import client_settings, never_create_topics
+from relay.clients.settings import NO_CLIENT_METRICS, client_settings, never_create_topics
 from relay.config import ClusterConfig
 from relay.losses import Loss, diverged, out_of_range
 from relay.spec import FetchTrouble
@@ -30,6 +30,7 @@ class SourceReader:
     def __init__(self, cluster: ClusterConfig, group_id: str, request_timeout: float = 10.0):
         self._consumer = KafkaConsumer(
             **client_settings(cluster, request_timeout),
+            **NO_CLIENT_METRICS,
             group_id=group_id,
             enable_auto_commit=False,
             # a position out of the log's range raises: a loss, said and counted (poll)

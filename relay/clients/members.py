@@ -35,7 +35,12 @@ from kafka.protocol.consumer.metadata import (
 
 from relay import internals
 from relay.clients.admin import broker_settings
-from relay.clients.settings import client_settings, describe, never_create_topics
+from relay.clients.settings import (
+    NO_CLIENT_METRICS,
+    client_settings,
+    describe,
+    never_create_topics,
+)
 from relay.config import ClusterConfig
 from relay.errors import ConfigError
 
@@ -186,6 +191,7 @@ class Member:
         self._topics = sorted(topics)
         self._consumer = KafkaConsumer(
             **client_settings(cluster, 10.0),
+            **NO_CLIENT_METRICS,
             group_id=group,
             enable_auto_commit=False,
             session_timeout_ms=session_ms,

@@ -44,7 +44,12 @@ from relay.batches import DestBatch
 from relay.clients.batch_produce import BatchDelivery, append_batches, has_batch_internals
 from relay.clients.delivery import Delivery, error_of
 from relay.clients.retry_order import RetryOrder
-from relay.clients.settings import ClientSettings, client_settings, never_create_topics
+from relay.clients.settings import (
+    NO_CLIENT_METRICS,
+    ClientSettings,
+    client_settings,
+    never_create_topics,
+)
 from relay.config import TargetConfig
 
 if TYPE_CHECKING:  # kafka-python's own classes (untyped: they say what each argument is)
@@ -81,6 +86,7 @@ def producer_settings(target: TargetConfig) -> ClientSettings:
     timeout_ms = int(target.request_timeout * 1000)
     return {
         **client_settings(target.cluster, target.request_timeout),
+        **NO_CLIENT_METRICS,
         # The config keeps acks as "all", "1" or "0"; kafka-python wants "all" or an int.
         "acks": "all" if target.acks == "all" else int(target.acks),
         "enable_idempotence": _idempotent(target),
