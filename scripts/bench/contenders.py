@@ -22,9 +22,15 @@ from scripts.bench.data import Brokers
 from scripts.bench.processes import Launched
 from testbed.ports import free_port
 
-CONTENDERS = ("ktm", "naive", "confluent")
-LABELS = {"ktm": "ktm", "naive": "naive kafka-python loop", "confluent": "confluent-kafka loop",
-          "ktm-first": "ktm, first run on a machine"}  # fmt: skip
+CONTENDERS = ("ktm", "naive", "confluent", "tuned")
+LABELS = {
+    "ktm": "ktm",
+    "naive": "naive kafka-python loop",
+    "confluent": "confluent-kafka loop",
+    "tuned": "confluent-kafka loop, latency-tuned",
+    "ktm-first": "ktm, first run on a machine",
+}
+NEEDS_CONFLUENT = ("confluent", "tuned")
 PRODUCED = "ktm_messages_produced_total"
 SCRAPE_TIMEOUT_S = 2.0
 
@@ -78,8 +84,8 @@ def has_confluent() -> bool:
 
 
 def runnable(kinds: tuple[str, ...]) -> tuple[str, ...]:
-    """The chosen contenders that can run here (confluent only if it is installed)."""
-    return tuple(k for k in kinds if k != "confluent" or has_confluent())
+    """The chosen contenders that can run here (the confluent loops only if it is installed)."""
+    return tuple(k for k in kinds if k not in NEEDS_CONFLUENT or has_confluent())
 
 
 def settings_by_section(settings: tuple[str, ...]) -> dict[str, list[str]]:

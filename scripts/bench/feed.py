@@ -7,10 +7,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
+from scripts.bench.contenders import has_confluent
 from scripts.bench.data import high_watermark_sum, payload, reader
 
 TIMED = ("bench", b"timed")
@@ -21,12 +23,18 @@ FLUSH_TIMEOUT_S = 30.0
 
 class Feeder:
     """Produces records into ``topic`` at a fixed rate on a thread, CreateTime = send time
-    (which relays preserve, so a destination reader can time each trip)."""
+    (which relays preserve, so a destination reader can time each trip). kafka-python's
+    producer tops out near 30,000 records/s in the bench's process; with ``fast`` (and
+    confluent-kafka installed) librdkafka's produces instead."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, size: int):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, size: int, fast: bool = False):
         self.topic, self.partitions, self.size = topic, partitions, size
         # linger 0: a record waiting in the feeder's own batch would count as relay latency
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+        self.producer: Any = (
+            _FastProducer(bootstrap)
+            if fast and has_confluent()
+            else KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+        )
         self.sent = 0
         self.send_seconds = 0.0
         self._stop = threading.Event()
@@ -100,6 +108,48 @@ def warm_up(
             feeder.send(0, partition, WARM_UP)
         feeder.producer.flush()
         seen.update(tp.partition for tp in consumer.poll(timeout_ms=500))
+
+
+class _FastProducer:
+    """confluent-kafka's Producer behind the calls Feeder makes of kafka-python's."""
+
+    def __init__(self, bootstrap: str):
+        from confluent_kafka import Producer
+
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "log_level": 3}
+        )
+        self._unpolled = 0
+
+    def send(self, topic: str, *, timestamp_ms: int, **record: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, timestamp=timestamp_ms, **record)
+                break
+            except BufferError:  # its queue is full: let deliveries drain it
+                self._producer.poll(0.01)
+        self._unpolled += 1
+        if self._unpolled >= 256:  # delivery reports served now and then, not at each record
+            self._unpolled = 0
+            self._producer.poll(0)
+
+    def flush(self, timeout: float = FLUSH_TIMEOUT_S) -> None:
+        left = self._producer.flush(timeout)
+        if left:
+            raise KafkaError(f"{left} records not acknowledged within {timeout} s")
+
+    def close(self, timeout: float = 10) -> None:
+        self._producer.flush(timeout)
+
+
+def settle(feeder: Feeder, consumer: KafkaConsumer, rate: float, seconds: float) -> None:
+    """Feed ``rate`` records/s for ``seconds``, untimed, the reader keeping up: the first
+    seconds at a rate were slower for every contender alike (latency p50 +50%, ten times the
+    spikes over 80 ms, on Apache Kafka), the brokers' and the clients' code paths warming."""
+    feeder.start(rate, seconds, WARM_UP)
+    while not feeder.finished():
+        consumer.poll(timeout_ms=100)
+    feeder.join()
 
 
 def probe_reader(bootstrap: str, topic: str, partitions: int) -> KafkaConsumer:

@@ -13,7 +13,15 @@ from typing import Any
 from scripts.bench import report
 from scripts.bench.brokers import BROKER_NAMES, SIDES, BrokerCpu, used_since
 from scripts.bench.ceiling import RECORD_BYTES, produce_ceiling
-from scripts.bench.contenders import LABELS, Bench, Ktm, has_confluent, launch, runnable
+from scripts.bench.contenders import (
+    LABELS,
+    NEEDS_CONFLUENT,
+    Bench,
+    Ktm,
+    has_confluent,
+    launch,
+    runnable,
+)
 from scripts.bench.data import Dataset, EndOffsets, dataset, topic_on, verify_copy
 from scripts.bench.machine import load_average
 from scripts.bench.options import Options
@@ -62,7 +70,7 @@ def _finish(
 def copy_once(bench: Bench, kind: str, data: Dataset) -> CopyRun:
     """One contender copies ``data`` whole; wall clock from launch to exit. A good copy's
     batches are then fetched to weigh them (not timed)."""
-    if kind == "confluent" and not has_confluent():
+    if kind in NEEDS_CONFLUENT and not has_confluent():
         return CopyRun(kind, None, "skipped: pip install confluent-kafka")
     print(f"  {LABELS[kind]}: copying (load average {load_average()}) ...", flush=True)
     with topic_on(bench.cluster.dst, f"bench-{kind}", data.partitions) as target:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from scripts.bench import report
 from scripts.bench.brokers import SIDES
-from scripts.bench.contenders import LABELS, Bench, has_confluent
+from scripts.bench.contenders import LABELS, NEEDS_CONFLUENT, Bench, has_confluent
 from scripts.bench.feed import warm_up
 from scripts.bench.machine import load_average
 from scripts.bench.measure_live import WARM_UP_TIMEOUT_S, CpuWindow, exit_note, live, stop
@@ -61,7 +61,7 @@ def idle(bench: Bench, opts: Options) -> Table:
         "on every partition. src/dst broker cores: each broker's own, apart.",
     ]
     for kind in opts.contenders:
-        if kind == "confluent" and not has_confluent():
+        if kind in NEEDS_CONFLUENT and not has_confluent():
             continue
         print(f"\n[idle] {LABELS[kind]} (load average {load_average()}) ...", flush=True)
         run = idle_once(bench, kind, opts)

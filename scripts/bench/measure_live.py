@@ -15,7 +15,7 @@ from kafka import KafkaConsumer
 
 from scripts.bench import report
 from scripts.bench.brokers import SIDES, BrokerCpu, used_since
-from scripts.bench.contenders import LABELS, Bench, Ktm, has_confluent, launch
+from scripts.bench.contenders import LABELS, NEEDS_CONFLUENT, Bench, Ktm, has_confluent, launch
 from scripts.bench.data import Dataset, dataset, topic_on, topic_pair
 from scripts.bench.feed import (
     DestinationCount,
@@ -23,6 +23,7 @@ from scripts.bench.feed import (
     Latencies,
     measure_latency,
     probe_reader,
+    settle,
     warm_up,
 )
 from scripts.bench.machine import load_average
@@ -35,6 +36,8 @@ WARM_UP_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 120.0
 LAG_SAMPLE_EVERY_S = 0.25
 SETTLE_S = 15.0  # after the feed: how long the metric may take to catch up before "never"
+FAST_FEED_ABOVE = 20_000.0  # records/s: above, the feeder produces with confluent-kafka
+RATE_SETTLE_S = 10.0  # latency: the rate fed untimed this long before the timed records
 
 
 def stop(proc: Launched) -> Finished:
@@ -80,7 +83,8 @@ class Live:
 @contextmanager
 def live(bench: Bench, kind: str, opts: Options, name: str) -> Iterator[Live]:
     with topic_pair(bench.cluster, name, opts.partitions) as topics, ExitStack() as s:
-        feeder = Feeder(bench.cluster.src, topics[0], opts.partitions, opts.size)
+        fast = opts.rate > FAST_FEED_ABOVE
+        feeder = Feeder(bench.cluster.src, topics[0], opts.partitions, opts.size, fast=fast)
         s.callback(feeder.close)
         probe = probe_reader(bench.cluster.dst, topics[1], opts.partitions)
         s.callback(probe.close)
@@ -110,6 +114,7 @@ def latency_once(bench: Bench, kind: str, opts: Options) -> LatencyRun:
         try:
             warm_up(it.feeder, it.probe, it.proc.alive, WARM_UP_TIMEOUT_S)
             run.warm_up = time.monotonic() - it.proc.started
+            settle(it.feeder, it.probe, opts.rate, RATE_SETTLE_S)
             window = CpuWindow(it.proc, bench)
             run.lat = measure_latency(it.feeder, it.probe, opts.rate, opts.seconds)
             took, run.cpu_seconds, run.broker_cores = window.end()
@@ -151,19 +156,26 @@ LATENCY_HEADERS = [
 ]
 
 
-def latency_row(table: Table, run: LatencyRun, total: int) -> None:
-    lat, fin = run.lat, run.finished
+def spread(lat: Latencies | None) -> list[str]:
+    """p50, p99, p99.9 and max in ms, then the probe's backlog."""
     ordered = lat.seconds if lat else []
-    table.add(
-        LABELS[run.kind],
-        f"{total:,}",
-        report.count(lat.unique if lat else None),
-        report.count(lat.sent_rate if lat else None),
+    return [
         report.millis(report.percentile(ordered, 0.5)),
         report.millis(report.percentile(ordered, 0.99)),
         report.millis(report.percentile(ordered, 0.999)),
         report.millis(ordered[-1] if ordered else None),
         report.count(lat.backlog if lat else None),
+    ]
+
+
+def latency_row(table: Table, run: LatencyRun, total: int) -> None:
+    lat, fin = run.lat, run.finished
+    table.add(
+        LABELS[run.kind],
+        f"{total:,}",
+        report.count(lat.unique if lat else None),
+        report.count(lat.sent_rate if lat else None),
+        *spread(lat),
         report.seconds(run.warm_up),
         report.seconds(run.cpu_share, 2),
         report.per_record_us(run.cpu_seconds, total),
@@ -181,7 +193,8 @@ def latency(bench: Bench, opts: Options) -> Table:
     )
     table.notes += [
         "The relay runs continuously; timing starts once a warm-up record came through on every "
-        "partition (warm-up s, from launch). Latencies include up to 20 ms of the reader's fetch "
+        f"partition (warm-up s, from launch) and the rate was fed untimed for "
+        f"{RATE_SETTLE_S:.0f} s. Latencies include up to 20 ms of the reader's fetch "
         "wait. probe backlog > 0: the reader, not the relay, was late. sent at /s below the "
         "target: the feeder could not keep up.",
         f"CPU cores busy = CPU seconds of the relay's tree per second while timing (of "
@@ -190,7 +203,7 @@ def latency(bench: Bench, opts: Options) -> Table:
         "second over the same time, apart from the relay's (feeder and probe reader included).",
     ]
     for kind in opts.contenders:
-        if kind == "confluent" and not has_confluent():
+        if kind in NEEDS_CONFLUENT and not has_confluent():
             continue
         print(f"\n[latency] {LABELS[kind]} (load average {load_average()}) ...", flush=True)
         latency_row(table, latency_once(bench, kind, opts), int(opts.rate * opts.seconds))
@@ -345,7 +358,7 @@ def first_record(bench: Bench, opts: Options) -> Table:
     print(f"\n[first_record] {opts.first_records:,} records waiting", flush=True)
     with dataset(bench.cluster, opts.partitions, opts.first_records, opts.size) as data:
         for kind in opts.contenders:
-            if kind == "confluent" and not has_confluent():
+            if kind in NEEDS_CONFLUENT and not has_confluent():
                 continue
             print(f"  {LABELS[kind]} (load average {load_average()}) ...", flush=True)
             table.add(*first_record_once(bench, kind, data))

@@ -15,6 +15,7 @@ SECTIONS = (
     "steady",
     "partitions",
     "latency",
+    "rates",
     "idle",
     "metrics_lag",
     "stop",
@@ -31,7 +32,7 @@ SECTIONS = (
     "rolling",
 )
 # optional: big backlogs, several Spark runs (rolling: a three-node cluster and its restart)
-OPTIONAL = ("scaling", "links", "scale", "verify", "verify_follow", "rolling")
+OPTIONAL = ("scaling", "rates", "links", "scale", "verify", "verify_follow", "rolling")
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in OPTIONAL)
 STORE_KINDS = ("dir", "s3")
 
@@ -62,6 +63,7 @@ class Options:
     verify_records: tuple[int, ...] = ()  # records the verify section proves, case by case
     brokers: str = "tansu"  # the source's and destination's kind: tansu or kafka
     rolling_records: int = 1_000_000  # copied once undisturbed, once through a rolling restart
+    rates: tuple[float, ...] = ()  # the rates section: records/s, each for `seconds`
 
 
 # option: (full run, --quick). --quick keeps every section's shape (partition counts included)
@@ -82,6 +84,7 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "groups_cases": (((20, 16, 16),), ((20, 16, 16),)),
     "verify_records": ((1_000_000,), (50_000,)),
     "rolling_records": (1_000_000, 100_000),
+    "rates": ((100.0, 1000.0, 5000.0, 100_000.0), (100.0, 1000.0)),
 }
 
 
@@ -98,6 +101,10 @@ def names(allowed: tuple[str, ...]) -> argparse._ActionType:
 
 def ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
 
 
 def cases(text: str) -> tuple[tuple[int, int], ...]:
@@ -142,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
         "--contenders",
         type=names(CONTENDERS),
         default=CONTENDERS,
-        help="ktm,naive,confluent (confluent rows are skipped if it is not installed)",
+        help="ktm,naive,confluent,tuned (the confluent-kafka loops are skipped if not installed)",
     )
     add("--quick", action="store_true", help="small sizes: a smoke run of every section")
     add(
@@ -162,7 +169,8 @@ def parser() -> argparse.ArgumentParser:
         help="partitions section: PARTITIONS:RECORDS,... [48:96000,256:128000]",
     )
     add("--rate", type=float, help="records/s fed to a running relay [5000]")
-    add("--seconds", type=float, help="seconds of feed for latency and metrics_lag [20]")
+    add("--rates", type=floats, help="rates section: records/s [100,1000,5000,100000]")
+    add("--seconds", type=float, help="seconds of feed for latency, rates, metrics_lag [20]")
     add("--stop-after", type=float, help="seconds of flowing data before the stop signal [5]")
     add("--first-records", type=int, help="backlog waiting for first_record [10000]")
     add("--scaling", type=ints, help="partition counts for scaling [1,2,4,8]")
@@ -260,4 +268,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         verify_records=pick("verify_records"),
         brokers=args.brokers,
         rolling_records=pick("rolling_records"),
+        rates=pick("rates"),
     )
