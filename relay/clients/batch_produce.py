@@ -16,11 +16,11 @@ What kafka-python 3.0 does with a batch, read from its sources:
 
 So the seam is the builder: `PrebuiltRecords` stands in for `MemoryRecordsBuilder` holding a
 finished batch. It takes no records (`append` returns None: a record `send()`s afterwards opens
-a new batch), is "full" (sendable at once: a step of the task loop queues every partition's
-batches before it wakes the sender once, so waiting `[target].linger` would merge nothing more
-and only delay each record by it), accepts the producer state until it is closed, and on
-`close()` writes producer id, epoch and base sequence into the header and recomputes the CRC
-(`relay.batches.stamp_producer`), exactly where kafka-python's builder does.
+a new batch), is never "full" (kafka-python sends a partition's batch at once when another is
+queued behind it, and lets the last one wait up to `[target].linger`, as for records), accepts
+the producer state until it is
+closed, and on `close()` writes producer id, epoch and base sequence into the header and
+recomputes the CRC (`relay.batches.stamp_producer`), exactly where kafka-python's builder does.
 Everything else (sequence numbers, in-flight limits, retries, delivery timeout, acks=all,
 metadata, TLS/SASL) stays kafka-python's. For that, a batch's offset deltas must run
 0..count-1 (the broker checks last sequence = base sequence + lastOffsetDelta): `relay.batches`
@@ -70,7 +70,7 @@ class PrebuiltRecords:
         return None  # full: a record sent to this partition goes to a new batch
 
     def is_full(self) -> bool:
-        return True  # finished: no linger (see the module docstring)
+        return False  # the accumulator's linger applies to the partition's last batch
 
     def set_producer_state(
         self, producer_id: int, producer_epoch: int, base_sequence: int, is_transactional: bool

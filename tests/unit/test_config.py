@@ -109,7 +109,7 @@ def test_defaults_of_every_key(tmp_path: Path) -> None:
     assert config.target == TargetConfig(  # the target is read whole (ktm writes no transaction)
         cluster=ClusterConfig(name="target", servers=("127.0.0.1:19093",)),
         compression="none",
-        linger=0.005,
+        linger=0.0,
         batch_size=262144,
         max_retries=5,
         backoff_min=0.5,
