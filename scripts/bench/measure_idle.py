@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from scripts.bench import report
 from scripts.bench.brokers import SIDES
-from scripts.bench.contenders import LABELS, NEEDS_CONFLUENT, Bench, has_confluent
+from scripts.bench.contenders import LABELS, Bench, runnable
 from scripts.bench.feed import warm_up
 from scripts.bench.machine import load_average
 from scripts.bench.measure_live import WARM_UP_TIMEOUT_S, CpuWindow, exit_note, live, stop
@@ -60,9 +60,7 @@ def idle(bench: Bench, opts: Options) -> Table:
         f"{os.cpu_count()}), counted from {SETTLE_S:.0f} s after a warm-up record came through "
         "on every partition. src/dst broker cores: each broker's own, apart.",
     ]
-    for kind in opts.contenders:
-        if kind in NEEDS_CONFLUENT and not has_confluent():
-            continue
+    for kind in runnable(opts.contenders):
         print(f"\n[idle] {LABELS[kind]} (load average {load_average()}) ...", flush=True)
         run = idle_once(bench, kind, opts)
         table.add(

@@ -15,7 +15,7 @@ from kafka import KafkaConsumer
 
 from scripts.bench import report
 from scripts.bench.brokers import SIDES, BrokerCpu, used_since
-from scripts.bench.contenders import LABELS, NEEDS_CONFLUENT, Bench, Ktm, has_confluent, launch
+from scripts.bench.contenders import LABELS, Bench, Ktm, launch, runnable
 from scripts.bench.data import Dataset, dataset, topic_on, topic_pair
 from scripts.bench.feed import (
     DestinationCount,
@@ -202,9 +202,7 @@ def latency(bench: Bench, opts: Options) -> Table:
         "cores: the source's / the destination's broker processes (psutil on their pids) per "
         "second over the same time, apart from the relay's (feeder and probe reader included).",
     ]
-    for kind in opts.contenders:
-        if kind in NEEDS_CONFLUENT and not has_confluent():
-            continue
+    for kind in runnable(opts.contenders):
         print(f"\n[latency] {LABELS[kind]} (load average {load_average()}) ...", flush=True)
         latency_row(table, latency_once(bench, kind, opts), int(opts.rate * opts.seconds))
     return table
@@ -357,9 +355,7 @@ def first_record(bench: Bench, opts: Options) -> Table:
     ]
     print(f"\n[first_record] {opts.first_records:,} records waiting", flush=True)
     with dataset(bench.cluster, opts.partitions, opts.first_records, opts.size) as data:
-        for kind in opts.contenders:
-            if kind in NEEDS_CONFLUENT and not has_confluent():
-                continue
+        for kind in runnable(opts.contenders):
             print(f"  {LABELS[kind]} (load average {load_average()}) ...", flush=True)
             table.add(*first_record_once(bench, kind, data))
     return table
