@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, TypeVar
 from relay import internals
 from relay.config import SparkConfig
 from relay.engine import class_archive
-from relay.engine.jvm import JVM_EXIT_TIMEOUT, _end_jvm, _start_context
+from relay.engine.jvm import (
+    JVM_EXIT_TIMEOUT,
+    Launched,
+    _end_jvm,
+    end_launched,
+    launch,
+    start_context,
+)
 from relay.engine.shipping import package_zip
 from relay.errors import RelayError
 from relay.spec import TaskResult, TaskSpec
@@ -60,7 +67,13 @@ class Spark:
     which starts it in the background for the runner): owns the SparkContext, unless an
     embedding program already runs one."""
 
-    def __init__(self, spark_cfg: SparkConfig, master: str, log_dir: Path):
+    def __init__(
+        self,
+        spark_cfg: SparkConfig,
+        master: str,
+        log_dir: Path,
+        launched: Launched | None = None,
+    ):
         from pyspark import SparkContext
 
         self.master = master
@@ -71,16 +84,21 @@ class Spark:
         self._archive = class_archive.ArchivePlan("")
         self._stopped = False
         # An embedding program (or the test suite) may own a running context already: use it,
-        # and leave stopping it to its owner.
+        # and leave stopping it to its owner (a JVM launched ahead is not used then).
         self._owned = internals.active_spark_context() is None
         if self._owned:
-            self._archive = class_archive.plan(spark_cfg.class_cache)
-            log.debug("spark class archive: %s", self._archive.option or "off")
-            self._context, self._gateway = _start_context(
-                spark_cfg, master, log_dir, self.log_path, self._archive.option
-            )
-            self._context.addPyFile(str(package_zip(log_dir)))
+            launched = launched or launch(spark_cfg, master, log_dir)
+            self.log_dir, self.log_path = launched.log_dir, launched.log_path
+            self._archive, self._gateway = launched.archive, launched.gateway
+            try:
+                self._context = start_context(launched, master)
+            except BaseException:
+                end_launched(launched)
+                raise
+            self._context.addPyFile(str(package_zip(self.log_dir)))
         else:
+            if launched is not None:
+                end_launched(launched)
             self._context = SparkContext.getOrCreate()
             self.master = self._context.master or master
         self.slots = self._count_slots()

@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 Reader = Callable[[ClusterConfig, Iterable[str], float], dict[str, str]]
 Spawn = Callable[[Callable[[], None]], "threading.Thread | None"]
-CLOSE_WAIT = 1.0  # seconds a close waits for a look under way before leaving it to end
 
 
 def on_a_thread(look: Callable[[], None]) -> threading.Thread:
@@ -55,6 +54,8 @@ class RecreatedTopics:
         self._found: dict[str, dict[str, str]] = {}
         # one admin client kept between looks: a new one costs a bootstrap (3-4 round trips)
         self._clients = ClientCache()
+        self._looking = False  # a look is under way (under _lock)
+        self._closed = False  # close() came: the look under way closes the client (under _lock)
 
     def check(self, node: ClusterConfig, topics: Iterable[str]) -> list[tuple[str, str]]:
         """Topics whose ID on `node` changed since last seen, each change once, with the line
@@ -65,6 +66,8 @@ class RecreatedTopics:
             self._next = now + self.interval
             wanted, self.started = sorted(topics), self.started + 1
             number = self.started
+            with self._lock:
+                self._looking = True
             self._look = self._spawn(lambda: self._look_once(node, wanted, number))
         # only what the node relayed from now found: a look started before a failover may end
         # after it, and a recreated topic on a node ktm left must halt nothing
@@ -78,6 +81,15 @@ class RecreatedTopics:
         return self.started + 1
 
     def _look_once(self, node: ClusterConfig, topics: list[str], number: int) -> None:
+        try:
+            self._look_at(node, topics, number)
+        finally:
+            with self._lock:
+                self._looking, closed = False, self._closed
+            if closed:
+                self._clients.close()
+
+    def _look_at(self, node: ClusterConfig, topics: list[str], number: int) -> None:
         try:
             with self._clients.use():
                 ids = self.read(node, topics, self.timeout)
@@ -96,13 +108,13 @@ class RecreatedTopics:
             self.done = max(self.done, number)
 
     def close(self) -> None:
-        """A look still waiting on a cluster keeps its client: closing it under the look would
-        break kafka-python (not thread-safe); the daemon thread ends with the process."""
-        if self._look is not None:
-            self._look.join(CLOSE_WAIT)
-            if self._look.is_alive():
-                return
-        self._clients.close()
+        """Not waiting for a look under way (across a long link its first answer takes a
+        bootstrap, ~1 s at 240 ms, which held up stops): that look closes the client when it
+        ends; closing it under the look would break kafka-python (not thread-safe)."""
+        with self._lock:
+            self._closed, looking = True, self._looking
+        if not looking:
+            self._clients.close()
 
 
 def _line(topic: str, node: str, old: str, new: str) -> str:

@@ -112,6 +112,9 @@ class FakeBackend:
         self.engine = engine
         self.warmed: list[TaskSpec] = []
 
+    def launch(self) -> None:
+        pass
+
     def begin(self, partitions: int, warm: WarmSpec | None = None) -> None:
         if warm is not None:  # Spark is "up" at once
             self.warmed.append(warm(FakeChannel.address, self.engine.slots)[0])

@@ -10,9 +10,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from relay import internals
 from relay.config import SparkConfig
 from relay.engine.channel import ControlServer, Report
 from relay.engine.driver.seams import WarmSpec
+from relay.engine.jvm import Launched, end_launched, launch
 from relay.engine.metrics import Metrics
 from relay.engine.spark import RoundJob, Spark, default_master, make_log_dir
 
@@ -42,7 +44,24 @@ class SparkBackend:
         self.channel: ControlServer | None = None
         self.used = False  # a round ran: the workers hold clients worth closing
         self._start: Future[Spark] | None = None
+        self._launch: Future[Launched | None] | None = None
+        self._began: float | None = None  # when the JVM's launch began
         self._warming: RoundJob | None = None
+
+    def launch(self) -> None:
+        """Launch the JVM on a thread now, before the partitions are known: the default local
+        master's slot count waits for them, the JVM need not. With a source 240 ms away the
+        partition counts take ~1 s (a bootstrap), which Spark's start no longer waits for."""
+        if self._launch is None and self._start is None:
+            self._began = time.monotonic()
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ktm-spark-launch")
+            self._launch = executor.submit(self._launch_jvm)
+            executor.shutdown(wait=False)
+
+    def _launch_jvm(self) -> Launched | None:
+        if internals.active_spark_context() is not None:
+            return None  # an embedding program's (or the test suite's) Spark is used
+        return launch(self.spark, self.master or self.spark.master or "local[*]", make_log_dir())
 
     def begin(self, partitions: int, warm: WarmSpec | None = None) -> None:
         """Start Spark (and its Python workers) on a thread; safe to call twice. `warm(channel
@@ -75,10 +94,23 @@ class SparkBackend:
     def engine_slots(self) -> int:
         return self.engine.slots if self.engine is not None else 0
 
+    def _end_launch(self) -> None:
+        """A JVM launched for a Spark that never started (the run ended before it began)."""
+        launching, self._launch = self._launch, None
+        if launching is not None:
+            try:
+                launched = launching.result()
+                if launched is not None:
+                    end_launched(launched)
+            except Exception as exc:  # noqa: BLE001 - it failed to launch: nothing to end
+                log.debug("spark launch failed: %s", exc)
+
     def _start_engine(self, partitions: int, warm: WarmSpec | None) -> Spark:
         master = self.master or self.spark.master or default_master(partitions)
-        began = time.monotonic()
-        engine = Spark(self.spark, master, make_log_dir())
+        began = self._began or time.monotonic()
+        launched = self._launch.result() if self._launch is not None else None
+        log_dir = make_log_dir() if launched is None else launched.log_dir
+        engine = Spark(self.spark, master, log_dir, launched)
         engine.warm_up()
         try:
             self.channel = ControlServer(
@@ -110,6 +142,7 @@ class SparkBackend:
         if self.channel is not None:
             self.channel.close()
         if self._start is None:
+            self._end_launch()
             return
         start, self._start = self._start, None
         try:

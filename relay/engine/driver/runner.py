@@ -137,6 +137,8 @@ class Runner:
         # after every rebalance or failure, failover checks): its clients stay open until the
         # runner closes, instead of a bootstrap (3-4 round trips) per question.
         self._resources.enter_context(keep_clients())
+        if start_spark:
+            self.backend.launch()  # the JVM starts while the partitions are asked for
         routes = self._partitions()
         if start_spark:
             self._begin(routes)

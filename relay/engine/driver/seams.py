@@ -77,6 +77,10 @@ class Backend(Protocol):
     @property
     def channel(self) -> Channel | None: ...
 
+    def launch(self) -> None:
+        """Launch what Spark's start needs before the partitions are known; safe twice."""
+        ...
+
     def begin(self, partitions: int, warm: WarmSpec | None = None) -> None:
         """Start Spark in the background; safe twice."""
         ...
