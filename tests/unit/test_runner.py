@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, cast
 
 import pytest
 
@@ -260,6 +260,47 @@ def test_a_retriable_target_error_is_retried_from_where_the_destination_stands()
     retried = {w.route.key: w.start for t in engine.rounds[1] for w in t.partitions}
     assert retried[("t", 0)] == 60  # records landed without their ack: not written again
     assert run.metrics.registry.get_sample_value("ktm_errors_total", {"kind": "target"}) == 1
+
+
+def test_after_a_failed_job_the_destination_is_read_again_only_once_its_tasks_are_gone(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Spark kills a cancelled task's worker seconds after the job ended, its producer still
+    sending meanwhile: the resync must not read the destination before they are gone."""
+    monkeypatch.setattr("relay.engine.driver.runner.TICK", 0.001)
+
+    class Lingering(FakeChannel):
+        left = 3  # the cancelled round's tasks stay connected this many looks
+
+        def connected(self, round_id: int) -> int:
+            if round_id != 1 or self.left <= 0:
+                return 0
+            self.left -= 1
+            return 2
+
+    class CancelledFirst(FakeJob):
+        def results(self) -> list[TaskResult]:
+            if self._results[0].round_id == 1:
+                raise RelayError("Spark job failed: [SPARK_JOB_CANCELLED]")
+            return self._results
+
+    pipeline = FakePipeline(STOPS, at_destination={("t", 0): 60})
+    run, engine = runner(lambda tasks: [done(t) for t in tasks], pipeline, job=CancelledFirst)
+    channel = Lingering()
+    cast(FakeBackend, run.backend).channel = channel
+    seen: list[int] = []
+    where = pipeline.where
+
+    def where_once_gone(routes: Sequence[PartitionRoute]) -> dict[tuple[str, int], int]:
+        seen.append(channel.left)
+        return where(routes)
+
+    pipeline.where = where_once_gone  # type: ignore[method-assign]
+    run.prepare()
+    run.run()
+    assert len(engine.rounds) == 2 and seen == [3, 0]  # at start-up, then once they were gone
+    retried = {w.route.key: w.start for t in engine.rounds[1] for w in t.partitions}
+    assert retried[("t", 0)] == 60
 
 
 def test_a_filter_error_stops_the_run_with_its_message():

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALL_CORES = 1 << 16  # "as many partitions as can come": local Spark takes every core
+# seconds a failed round's tasks get to end before the partitions are read again (Spark kills a
+# cancelled task's worker after spark.python.task.killTimeout, 2 s, checked every 2 s)
+QUIET_WAIT = 30.0
 REVOKE_WAIT = 20.0  # seconds a rebalance waits for the round to stop before cancelling it
 
 
@@ -243,12 +246,31 @@ class Runner:
             self.status.record_round(
                 time.monotonic() - current.started, "cancelled" if current.cancelled else "failed"
             )
+            self._await_quiet(current)
             if self.stop_event.is_set():
                 log.info("stopping: the last round ended with Spark (%s)", exc)
                 return
             raise RetriableRoundError(str(exc), "target") from exc
         engine.refresh_slots()
         self._finish_round(current, results)
+
+    def _await_quiet(self, current: Round) -> None:
+        """A failed or cancelled job's tasks may still run: Spark kills a cancelled task's
+        Python worker only seconds later (spark.python.task.killTimeout), and meanwhile its
+        producer sends what it holds. The resync that follows must read the destination after
+        their last write (seen at 10,000 partitions: whole partitions copied twice). Each task's
+        channel connection ends with the task or its process: wait for none to be left."""
+        channel, deadline = self.backend.channel, time.monotonic() + QUIET_WAIT
+        while channel is not None and channel.connected(current.round_id):
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "round %d: %d task(s) still running %.0fs after the job ended",
+                    current.round_id,
+                    channel.connected(current.round_id),
+                    QUIET_WAIT,
+                )
+                return
+            time.sleep(TICK)
 
     def _submit_round(
         self, todo: list[PartitionRoute], engine: Engine, channel: Channel

@@ -61,7 +61,8 @@ class Channel(Protocol):
     def address(self) -> ChannelAddress: ...
 
     def connected(self, round_id: int) -> int:
-        """How many tasks of the round have connected."""
+        """How many tasks of the round are connected now (a connection ends with its task,
+        or with the task's process)."""
         ...
 
     def stop_round(self, round_id: int) -> None:
