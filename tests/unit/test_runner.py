@@ -267,7 +267,7 @@ def test_after_a_failed_job_the_destination_is_read_again_only_once_its_tasks_ar
 ):
     """Spark kills a cancelled task's worker seconds after the job ended, its producer still
     sending meanwhile: the resync must not read the destination before they are gone."""
-    monkeypatch.setattr("relay.engine.driver.runner.TICK", 0.001)
+    monkeypatch.setattr("relay.engine.driver.rounds.TICK", 0.001)
 
     class Lingering(FakeChannel):
         left = 3  # the cancelled round's tasks stay connected this many looks
@@ -301,6 +301,22 @@ def test_after_a_failed_job_the_destination_is_read_again_only_once_its_tasks_ar
     assert len(engine.rounds) == 2 and seen == [3, 0]  # at start-up, then once they were gone
     retried = {w.route.key: w.start for t in engine.rounds[1] for w in t.partitions}
     assert retried[("t", 0)] == 60
+
+
+def test_a_cluster_that_never_answers_ends_the_run_with_what_it_said_not_an_internal_error():
+    class Silent(FakePipeline):
+        """Answers at start-up, then never again."""
+
+        def where(self, routes: Sequence[PartitionRoute]) -> dict[tuple[str, int], int]:
+            if self.where_calls:
+                raise TimeoutError("reading t2[0] 0..10 timed out")
+            return super().where(routes)
+
+    failure = TaskError("target", "KafkaTimeoutError: no ack", retriable=True, key=("t", 0))
+    run, _ = runner(lambda tasks: [done(t, error=failure, upto=50) for t in tasks], Silent(STOPS))
+    run.prepare()
+    with pytest.raises(RelayError, match=r"gave up retrying: TimeoutError: reading t2\[0\]"):
+        run.run()
 
 
 def test_a_filter_error_stops_the_run_with_its_message():

@@ -31,6 +31,9 @@ TICK = 0.2  # seconds between the driver's checks while a round runs
 CANCEL_AFTER = 15.0  # seconds after a stop request before the Spark job is cancelled
 SILENT_AFTER = 8.0  # a running task silent this long is lost (its executor died)
 START_GRACE = 30.0  # a task not started after this long has no slot (the cluster shrank)
+# seconds a failed round's tasks get to end before the partitions are read again (Spark kills a
+# cancelled task's worker after spark.python.task.killTimeout, 2 s, checked every 2 s)
+QUIET_WAIT = 30.0
 
 
 @dataclass
@@ -124,6 +127,25 @@ class Round:
         )
         self.cancelled = True
         self.job.cancel()
+
+
+def await_quiet(current: Round, channel: Channel | None) -> None:
+    """A failed or cancelled job's tasks may still run: Spark kills a cancelled task's Python
+    worker only seconds later (spark.python.task.killTimeout), and meanwhile its producer sends
+    what it holds. The resync that follows must read the destination after their last write.
+    Each task's channel connection ends with the task or its process: wait for none to be
+    left, at most QUIET_WAIT."""
+    deadline = time.monotonic() + QUIET_WAIT
+    while channel is not None and channel.connected(current.round_id):
+        if time.monotonic() >= deadline:
+            log.warning(
+                "round %d: %d task(s) still running %.0fs after the job ended",
+                current.round_id,
+                channel.connected(current.round_id),
+                QUIET_WAIT,
+            )
+            return
+        time.sleep(TICK)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from relay.engine.driver.backend import SparkBackend
 from relay.engine.driver.limits import Shares
 from relay.engine.driver.ownership import Ownership
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
-from relay.engine.driver.rounds import TICK, Round, raise_for, settle
+from relay.engine.driver.rounds import TICK, Round, await_quiet, raise_for, settle
 from relay.engine.driver.seams import Backend, Channel, Engine, Members
 from relay.engine.driver.sidecar import Sidecar, Sidecars
 from relay.engine.driver.standing import Standing
@@ -37,7 +37,7 @@ from relay.engine.driver.summary import RunSummary, summarize
 from relay.engine.driver.task_plan import Load, TaskPlan, TaskPlanner
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline, Progress
-from relay.errors import RelayError, StoppedWhileWaiting
+from relay.errors import KtmError, RelayError, StoppedWhileWaiting
 from relay.spec import (
     ChannelAddress,
     PartitionRoute,
@@ -52,9 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALL_CORES = 1 << 16  # "as many partitions as can come": local Spark takes every core
-# seconds a failed round's tasks get to end before the partitions are read again (Spark kills a
-# cancelled task's worker after spark.python.task.killTimeout, 2 s, checked every 2 s)
-QUIET_WAIT = 30.0
 REVOKE_WAIT = 20.0  # seconds a rebalance waits for the round to stop before cancelling it
 
 
@@ -201,16 +198,26 @@ class Runner:
                     self.stops.look(self.routes)
                     self.stop_event.wait(TICK)  # rebalancing, or nothing of ours to do
                     continue
-                for attempt in retrying(
-                    self._round_policy, _is_retriable_round, self.stop_event, self.metrics
-                ):
-                    with attempt:
-                        self._round_once(todo, attempt.retry_state.attempt_number)
+                self._rounds(todo)
         finally:
             self.stops.confirm(math.inf)  # unexplained when the run ends: counted
             self._summarize()
             self.close()
         return self.summary
+
+    def _rounds(self, todo: list[PartitionRoute]) -> None:
+        """A round, retried while it fails retriably; a cluster that still does not answer when
+        the retries are spent ends the run with what it last said, not as an internal error."""
+        try:
+            for attempt in retrying(
+                self._round_policy, _is_retriable_round, self.stop_event, self.metrics
+            ):
+                with attempt:
+                    self._round_once(todo, attempt.retry_state.attempt_number)
+        except Exception as exc:
+            if isinstance(exc, KtmError) or not _is_retriable_round(exc):
+                raise
+            raise RelayError(f"gave up retrying: {type(exc).__name__}: {exc}") from exc
 
     def _warm_spec(
         self, routes: list[PartitionRoute], channel: ChannelAddress, slots: int
@@ -246,31 +253,13 @@ class Runner:
             self.status.record_round(
                 time.monotonic() - current.started, "cancelled" if current.cancelled else "failed"
             )
-            self._await_quiet(current)
+            await_quiet(current, self.backend.channel)
             if self.stop_event.is_set():
                 log.info("stopping: the last round ended with Spark (%s)", exc)
                 return
             raise RetriableRoundError(str(exc), "target") from exc
         engine.refresh_slots()
         self._finish_round(current, results)
-
-    def _await_quiet(self, current: Round) -> None:
-        """A failed or cancelled job's tasks may still run: Spark kills a cancelled task's
-        Python worker only seconds later (spark.python.task.killTimeout), and meanwhile its
-        producer sends what it holds. The resync that follows must read the destination after
-        their last write (seen at 10,000 partitions: whole partitions copied twice). Each task's
-        channel connection ends with the task or its process: wait for none to be left."""
-        channel, deadline = self.backend.channel, time.monotonic() + QUIET_WAIT
-        while channel is not None and channel.connected(current.round_id):
-            if time.monotonic() >= deadline:
-                log.warning(
-                    "round %d: %d task(s) still running %.0fs after the job ended",
-                    current.round_id,
-                    channel.connected(current.round_id),
-                    QUIET_WAIT,
-                )
-                return
-            time.sleep(TICK)
 
     def _submit_round(
         self, todo: list[PartitionRoute], engine: Engine, channel: Channel
