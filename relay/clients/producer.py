@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,7 @@ from kafka import KafkaProducer, TopicPartition
 from kafka.errors import (
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     RecordListTooLargeError,
@@ -119,10 +120,14 @@ def _null_aware(value: bytes | object | None) -> bytes | object | None:
     return None if value is NULL_VALUE else value
 
 
+ANSWERS_SLICE = 0.5  # seconds between `abandon`'s calls of `waiting`
+
+
 class Producer:
     def __init__(self, target: TargetConfig, bulk: bool = True):
         settings = producer_settings(target)
         self._producer = never_create_topics(KafkaProducer(**settings))
+        self._request_timeout = target.request_timeout
         # How long a run of records may stay unanswered before it counts as failed: kafka-python
         # expires it after its delivery timeout; twice that, plus a margin, means it is stuck.
         self.ack_deadline = 2 * delivery_timeout_ms(target) / 1000 + 5
@@ -221,14 +226,24 @@ class Producer:
             self._closed = True
             self._producer.close(timeout=timeout)
 
-    def abandon(self, timeout: float = 5.0) -> None:
-        """Close without sending what is not sent yet (the task lost its right to write):
-        `close()` would flush first. Returns once the I/O thread ended (bounded), having failed
-        every delivery it did not complete, so what counts as acknowledged no longer changes.
-        Requests already on the wire may still land: the next owner reads the destination."""
-        if not self._closed:
-            self._closed = True
-            internals.stop_sending(self._producer, timeout)
+    def abandon(self, waiting: Callable[[], object] | None = None) -> None:
+        """Close without sending what is not sent yet (the task lost its right to write, or a
+        batch failed): `close()` would flush first. Returns once the requests already sent were
+        answered (kafka-python fails one unanswered after its request timeout) and the I/O
+        thread ended, having failed every delivery it did not complete: what counts as
+        acknowledged no longer changes. `waiting` is called every ANSWERS_SLICE meanwhile (the
+        task reports: a busy broker may take seconds)."""
+        if self._closed:
+            return
+        self._closed = True
+        internals.stop_sending(self._producer, KafkaError("not sent: the task stopped writing"))
+        deadline = time.monotonic() + self._request_timeout + 1.0
+        while not internals.sending_ended(self._producer, ANSWERS_SLICE):
+            if time.monotonic() >= deadline:
+                internals.drop_in_flight(self._producer)
+                return
+            if waiting is not None:
+                waiting()
 
 
 def _takes_bulk(producer: KafkaProducer, failed: Failed) -> bool:

@@ -96,11 +96,12 @@ def cached_producer(target: TargetConfig) -> Producer | None:
     return _producers.get(target)
 
 
-def abandon_producer(target: TargetConfig) -> None:
-    """Drop the cached producer without flushing what it still holds."""
+def abandon_producer(target: TargetConfig, waiting: Callable[[], object] | None = None) -> None:
+    """Drop the cached producer without sending what it still holds (Producer.abandon: what it
+    sent is waited for, `waiting` called meanwhile)."""
     dropped = _producers.pop(target, None)
     if dropped is not None:
-        _close_quietly(dropped.abandon)
+        _close_quietly(dropped.abandon, waiting)
 
 
 def close_clients(_: object = None) -> int:

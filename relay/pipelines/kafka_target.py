@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from typing import NamedTuple
@@ -95,8 +95,8 @@ class KafkaTarget:
         """The producer's I/O thread is woken once per step, not once per partition."""
         return self.producer().held()
 
-    def abandon(self) -> None:
-        worker_cache.abandon_producer(self.target)
+    def abandon(self, waiting: Callable[[], object] | None = None) -> None:
+        worker_cache.abandon_producer(self.target, waiting)
 
     def buffer_limit(self) -> int | None:
         return self.target.buffer_memory
@@ -104,15 +104,15 @@ class KafkaTarget:
     def warm(self) -> None:
         self.producer().warm({w.route.target_topic for w in self.partitions})
 
-    def evict(self, kind: str) -> None:
+    def evict(self, kind: str, waiting: Callable[[], object] | None = None) -> None:
         """Drop the producer after a failure so the next round starts from a clean connection
         state. It is abandoned, not flushed: batches queued after a failed one would land
         behind it, and the destination's tail would then claim records it lacks (seen: a
         target frozen for 5 s, its queued batches flushed on close, 4,400 records lost). What
-        is already on the wire may still land; the driver re-reads the tail after a backoff,
-        and the worst a late one can cause is a duplicate."""
+        is already on the wire is waited for (Producer.abandon): unanswered, it could land
+        after the driver read the tail again, a duplicate."""
         if kind in ("target", "internal", "channel"):
-            worker_cache.abandon_producer(self.target)
+            worker_cache.abandon_producer(self.target, waiting)
 
     def works(self, attempt: int) -> tuple[PartitionWork, ...]:
         """Spark re-runs a task whose executor was lost, with the same spec; the lost attempt

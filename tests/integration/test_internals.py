@@ -9,6 +9,7 @@ import time
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 
 from relay import internals
 from testbed.topics import create_topic, unique_topic
@@ -63,7 +64,8 @@ def test_the_producer_internals(source_broker):
         assert internals.metadata_config(producer)["allow_auto_create_topics"] in (True, False)
         assert failures == []
     finally:
-        internals.stop_sending(producer, 5.0)
+        internals.stop_sending(producer, KafkaError("test over"))
+        internals.sending_ended(producer, 5.0)
         producer.close(timeout=5)
 
 

@@ -3,6 +3,9 @@ what their deliveries say when records were acknowledged, dropped unsent, or nev
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 
 import pytest
@@ -71,6 +74,33 @@ def test_records_dropped_unsent_by_abandon_are_not_acknowledged(target_broker, b
     assert not any(d.acked() for d in deliveries)
     assert all(d.error() is not None for d in deliveries)
     assert read_all(target_broker.bootstrap, topic)[0] == []
+
+
+@pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON)
+@PATHS
+def test_abandon_waits_for_the_requests_already_sent_and_counts_what_they_wrote(tmp_path, bulk):
+    """A request on the wire cannot be called back: abandoned unanswered, it lands unseen
+    after the destination was read again (a duplicate). Its answer is waited for instead."""
+    broker = TansuBroker("busy", log_dir=tmp_path).start()
+    pid = broker.pid
+    assert pid is not None
+    thaw = threading.Timer(1.5, os.kill, (pid, signal.SIGCONT))
+    try:
+        topic = create_topic(broker.bootstrap, unique_topic("target"), 1)
+        producer = Producer(TargetConfig(ClusterConfig("busy", (broker.bootstrap,))), bulk=bulk)
+        first = [d for _, d in producer.send_batch(topic, 0, items(10))]
+        producer.flush(timeout=10)
+        os.kill(pid, signal.SIGSTOP)  # a broker too busy to answer for a while
+        sent = [d for _, d in producer.send_batch(topic, 0, items(20))]
+        producer.flush(timeout=0.5)  # on the wire now, unanswered
+        thaw.start()
+        producer.abandon()
+        assert all(d.acked() for d in first + sent)
+        assert len(read_all(broker.bootstrap, topic)[0]) == 30
+    finally:
+        thaw.cancel()
+        os.kill(pid, signal.SIGCONT)
+        broker.kill()
 
 
 @pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from relay.batches import Origin, split_batches
 from relay.config import ClusterConfig, StoreConfig, TargetConfig
@@ -159,13 +161,18 @@ class Sides:
     def writing(self) -> AbstractContextManager[None]:
         return nullcontext()
 
-    def abandon(self) -> None:
+    answers_late = 0  # how often abandon() waits for the destination's answers
+
+    def abandon(self, waiting: Callable[[], object] | None = None) -> None:
         self.abandoned = True
+        for _ in range(self.answers_late):
+            assert waiting is not None
+            waiting()
 
     def buffer_limit(self) -> int | None:
         return None
 
-    def evict(self, kind: str) -> None:
+    def evict(self, kind: str, waiting: Callable[[], object] | None = None) -> None:
         pass
 
     def warm(self) -> None:
@@ -241,6 +248,17 @@ def test_a_lost_lease_drops_what_is_unsent_and_is_reported_as_such() -> None:
                                   channel)  # fmt: skip
     assert error is not None and error.kind == "channel" and "lease" in error.message
     assert sides.abandoned and sides.flushes == 0  # nothing flushed after the lease ran out
+
+
+def test_a_task_waiting_for_the_answers_to_what_it_sent_keeps_reporting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Silent while a busy destination answers (seconds), it would be taken for lost and
+    cancelled, and what it sent could land after the next round read the destination."""
+    monkeypatch.setattr(Sides, "answers_late", 3)
+    channel = FakeChannel(reports=2, lose=True)
+    kafka_run(task((None, None)), FakeReader(records(50)), FakeProducer(), channel)
+    assert channel.left == -3  # two reports while it ran, three while it waited
 
 
 def test_backup_segments_close_at_their_limit_and_chain_past_dropped_records(

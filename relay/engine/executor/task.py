@@ -111,7 +111,7 @@ class TaskRun:
             # No lease (the driver is gone or lost its right to these partitions): nothing
             # more may be written, not even what a producer holds unsent. Only what is durable
             # counts; the next owner reads where things stand.
-            self.sides.abandon()
+            self.sides.abandon(self._still_here())
             for part in self.parts.values():
                 part.acked_next = part.writer.done_up_to(part.processed_to)
             error = error or TaskError("channel", self.channel.reason, retriable=True)
@@ -119,8 +119,22 @@ class TaskRun:
             error = error or self._settle()
         self._commit(final=True)
         if error is not None:
-            self.sides.evict(error.kind)
+            self.sides.evict(error.kind, self._still_here())
         return error
+
+    def _still_here(self) -> Callable[[], None]:
+        """A report every report interval while the sides wait for a busy destination's
+        answers (seconds, at 10,000 partitions on Tansu): a silent task is taken for lost and
+        cancelled, and what it sent could then land after the next round read the destination."""
+        next_report = time.monotonic() + self.task.report_interval
+
+        def report() -> None:
+            nonlocal next_report
+            if time.monotonic() >= next_report:
+                self.channel.report(self.live_result())
+                next_report = time.monotonic() + self.task.report_interval
+
+        return report
 
     def _pump(self) -> None:
         next_report = next_commit = next_sweep = reported = time.monotonic()

@@ -4,6 +4,7 @@ atomically, under its final name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager, nullcontext
 
@@ -58,7 +59,7 @@ class BackupSides:
     def writing(self) -> AbstractContextManager[None]:
         return nullcontext()  # segments are written in the step itself
 
-    def abandon(self) -> None:
+    def abandon(self, waiting: Callable[[], object] | None = None) -> None:
         """Nothing to drop: an open segment not written is simply read again later."""
 
     def buffer_limit(self) -> int | None:
@@ -68,7 +69,7 @@ class BackupSides:
         task = self.task
         warm_reader(task.source, task.group_id, task.fetch, topics_of(task.partitions))
 
-    def evict(self, kind: str) -> None:
+    def evict(self, kind: str, waiting: Callable[[], object] | None = None) -> None:
         evict_reader(self.task.source, self.task.group_id, kind)
 
 

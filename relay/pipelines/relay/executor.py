@@ -3,6 +3,8 @@ provenance and written whole to the destination (relay.pipelines.kafka_target)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from relay.batches import Origin, codecs
 from relay.clients.consumer import SourceReader
 from relay.clients.worker_cache import evict_reader, open_at_once, source_reader, warm_reader
@@ -56,6 +58,6 @@ class RelaySides(KafkaTarget):
             lambda: warm_reader(task.source, task.group_id, task.fetch, topics_of(self.partitions)),
         )
 
-    def evict(self, kind: str) -> None:
-        super().evict(kind)
+    def evict(self, kind: str, waiting: Callable[[], object] | None = None) -> None:
+        super().evict(kind, waiting)
         evict_reader(self.task.source, self.task.group_id, kind)
