@@ -222,7 +222,7 @@ def systemd_seconds(value: str) -> float:
 
 
 def test_the_systemd_unit_stops_with_sigterm_in_time_and_restarts_on_failure() -> None:
-    from relay.engine.driver.rounds import CANCEL_AFTER
+    from relay.engine.driver.rounds import DRAIN_LIMIT
     from relay.engine.spark import JVM_EXIT_TIMEOUT
 
     unit = configparser.ConfigParser(interpolation=None, strict=True)
@@ -231,8 +231,8 @@ def test_the_systemd_unit_stops_with_sigterm_in_time_and_restarts_on_failure() -
     service = unit["Service"]
     assert service["KillSignal"] == "SIGTERM"
     assert service["KillMode"] in {"mixed", "control-group"}
-    # ktm's own stop: tasks get CANCEL_AFTER to stop, then the JVM JVM_EXIT_TIMEOUT to exit.
-    assert systemd_seconds(service["TimeoutStopSec"]) > CANCEL_AFTER + JVM_EXIT_TIMEOUT
+    # ktm's own stop: draining tasks get DRAIN_LIMIT to stop, then the JVM JVM_EXIT_TIMEOUT.
+    assert systemd_seconds(service["TimeoutStopSec"]) > DRAIN_LIMIT + JVM_EXIT_TIMEOUT
     assert service["Restart"] == "on-failure"
     assert re.search(r"\bktm relay --config /\S+\.toml\b", service["ExecStart"])
     assert service["EnvironmentFile"].startswith("/")

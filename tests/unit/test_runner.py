@@ -23,6 +23,8 @@ from relay.config import (
     TargetConfig,
     TopicRoute,
 )
+from relay.engine.channel import Report
+from relay.engine.driver import rounds
 from relay.engine.driver.runner import Runner
 from relay.engine.driver.seams import WarmSpec
 from relay.engine.metrics import Metrics
@@ -346,6 +348,69 @@ def test_tasks_that_lost_their_lease_are_no_failure_but_the_next_round_re_reads_
     assert pipeline.where_calls[-1] == sorted(KEYS)  # re-read before round 2
     starts = {w.route.key: w.start for t in engine.rounds[1] for w in t.partitions}
     assert starts[("t", 2)] == 90 and starts[("t", 0)] == 30
+
+
+class Running(FakeJob):
+    """A round whose tasks run for a few of the driver's looks."""
+
+    looks = 6
+
+    def wait(self, timeout: float) -> bool:
+        self.looks -= 1
+        return self.looks < 0
+
+
+class StopsSeen(FakeChannel):
+    def __init__(self) -> None:
+        self.stopped: list[int] = []
+
+    def stop_round(self, round_id: int) -> None:
+        self.stopped.append(round_id)
+
+
+def test_a_new_generation_ends_the_round():
+    class Rebalanced(FakeMembership):
+        looks = 0
+
+        def assignment(self) -> Assignment:
+            self.looks += 1
+            if self.looks == 2:  # the group moved on while the round ran
+                self._assignment = Assignment(self._assignment.generation + 1, frozenset(KEYS), 2)
+            return self._assignment
+
+    run, engine = runner(lambda tasks: [done(t) for t in tasks], FakePipeline(STOPS), job=Running)
+    run.ownership.membership = Rebalanced(KEYS)
+    channel = StopsSeen()
+    cast(FakeBackend, run.backend).channel = channel
+    run.prepare()
+    run.run()
+    assert channel.stopped == [1]
+
+
+def test_a_task_draining_a_slow_destination_is_waited_for_a_silent_one_is_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    now = [100.0]
+    monkeypatch.setattr(rounds.time, "monotonic", lambda: now[0])
+    current = rounds.Round(1, [(("t", 0),), (("t", 1),)], FakeJob([]), started=100.0)
+    current.ask_to_stop("stop", FakeChannel())
+
+    def heard(task_id: int, at: float) -> None:
+        now[0] = at
+        current.on_report(Report(1, task_id, 0, TaskResult(1, task_id, 0, ()), final=False))
+
+    heard(0, 110.0)
+    heard(1, 114.0)
+    now[0] = 116.0  # past CANCEL_AFTER, both still reporting while their last acks come
+    assert not current.overdue()
+    heard(1, 120.0)
+    now[0] = 122.0  # task 0 silent for 12 s
+    assert current.overdue()
+    heard(0, 122.0)
+    now[0] = 141.0  # both answer, but past DRAIN_LIMIT
+    heard(0, 141.0)
+    heard(1, 141.0)
+    assert current.overdue()
 
 
 def test_only_the_partitions_this_process_owns_are_planned():

@@ -120,7 +120,9 @@ class Membership:
         confirmed = max(member.last_heartbeat(), self._joined_at)
         if now - confirmed >= self.session_timeout / 2:
             return self._not_writing(f"no heartbeat answered for {now - confirmed:.1f}s")
-        self._lapsed = False
+        if self._lapsed:
+            self._lapsed = False
+            log.info("group %s: tasks' leases are renewed again", self.group)
         return True
 
     def _not_writing(self, why: str) -> bool:

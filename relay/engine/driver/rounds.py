@@ -28,7 +28,8 @@ from relay.spec import SourcePartition, TaskResult
 log = logging.getLogger(__name__)
 
 TICK = 0.2  # seconds between the driver's checks while a round runs
-CANCEL_AFTER = 15.0  # seconds after a stop request before the Spark job is cancelled
+CANCEL_AFTER = 15.0  # seconds after a stop request before a silent task's job is cancelled
+DRAIN_LIMIT = 40.0  # ... and before one still reporting while it waits for its acks is
 SILENT_AFTER = 8.0  # a running task silent this long is lost (its executor died)
 START_GRACE = 30.0  # a task not started after this long has no slot (the cluster shrank)
 # seconds a failed round's tasks get to end before the partitions are read again (Spark kills a
@@ -115,15 +116,30 @@ class Round:
             channel.stop_round(self.round_id)
 
     def overdue(self) -> bool:
-        """Asked to stop long ago and still running: a task is not answering."""
+        """Asked to stop CANCEL_AFTER ago and still running, with a task not answering: one
+        silent for SILENT_AFTER (or never started), or one still draining after DRAIN_LIMIT.
+        A task that reports while it waits for its last acks is draining a slow destination,
+        not stuck; cancelled, it would leave what it sent to land after the next round read
+        the destination (seen at 10,000 partitions: final flushes of 14-16 s, whole partitions
+        then written twice)."""
         asked = self.stop_asked_at
-        return not self.cancelled and asked is not None and time.monotonic() - asked > CANCEL_AFTER
+        if self.cancelled or asked is None:
+            return False
+        now = time.monotonic()
+        if now - asked <= CANCEL_AFTER:
+            return False
+        if now - asked > DRAIN_LIMIT:
+            return True
+        with self._lock:
+            running = [t for t in range(len(self.tasks)) if t not in self.finished]
+            return any(now - self.heard.get(t, asked) > SILENT_AFTER for t in running)
 
     def cancel(self) -> None:
+        waited = time.monotonic() - (self.stop_asked_at or self.started)
         log.warning(
             "round %d: tasks did not stop within %.0fs; cancelling the Spark job",
             self.round_id,
-            CANCEL_AFTER,
+            waited,
         )
         self.cancelled = True
         self.job.cancel()
