@@ -16,7 +16,7 @@ from kafka.errors import (
     for_code,
 )
 
-from relay.clients.admin import admin_client, partition_counts, supported
+from relay.clients.admin import admin_client, in_requests, partition_counts, supported
 from relay.config import ClusterConfig
 
 
@@ -78,6 +78,9 @@ def _topic_errors(answer: _CreateTopicsAnswer) -> dict[str, BaseException]:
     return errors
 
 
+CREATE_SECONDS_PER_PARTITION = 0.01  # how much longer new partitions may take to show
+
+
 def create_topics(
     cluster: ClusterConfig,
     topics: dict[str, int],
@@ -89,23 +92,29 @@ def create_topics(
     default) and configs, and wait until the cluster's metadata shows them. A topic that exists
     already is left as it is (another ktm process was first); ConfigRefused names the first
     topic whose configs the broker refused."""
-    spec = _create_request(topics, replication_factor, configs)
+    errors: dict[str, BaseException] = {}
     with admin_client(cluster, timeout) as admin, supported("CreateTopics"):
-        answer = admin.create_topics(spec, raise_errors=False)
-    errors = {
-        t: e for t, e in _topic_errors(answer).items() if not isinstance(e, TopicAlreadyExistsError)
-    }
+        for part in in_requests(topics):
+            spec = _create_request(part, replication_factor, configs)
+            answer = admin.create_topics(spec, raise_errors=False)
+            errors.update(_topic_errors(answer))
+    errors = {t: e for t, e in errors.items() if not isinstance(e, TopicAlreadyExistsError)}
     for topic, error in sorted(errors.items()):
         if isinstance(error, REFUSING_CONFIGS):
             raise ConfigRefused(topic, f"{type(error).__name__}: {error}") from error
     if errors:
         raise next(iter(errors.values()))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:  # metadata shows new topics a moment later
+    # metadata shows new topics a moment later: 2,000 topics of 5 partitions took ~40 s on a
+    # 2-core KRaft broker (the first two waits of 10 s each ended in a retry)
+    limit = timeout + CREATE_SECONDS_PER_PARTITION * sum(topics.values())
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
         if set(topics) <= set(partition_counts(cluster, topics, timeout)):
             return
         time.sleep(0.1)
-    raise TimeoutError(f"topics {', '.join(sorted(topics))} did not appear within {timeout:g}s")
+    missing = sorted(set(topics) - set(partition_counts(cluster, topics, timeout)))
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    raise TimeoutError(f"topics {shown} did not appear within {limit:g}s")
 
 
 def refused_config(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from relay.clients.admin import Unsupported
+from relay.clients.admin import Unsupported, in_requests
 from relay.clients.topic_create import ConfigRefused
 from relay.config import (
     AppConfig,
@@ -327,3 +327,12 @@ def test_a_destination_another_process_grew_first_is_no_refusal(monkeypatch, cap
         found = topics.new_partitions({("orders", 0), ("orders", 1)})
     assert [r.key for r in found.routes] == [("orders", 2), ("orders", 3)] and found.short == []
     assert not [r for r in caplog.records if "keeps" in r.getMessage()]
+
+
+def test_topics_are_created_in_requests_a_kraft_controller_takes():
+    """A KRaft controller refuses a request of more than 10,000 metadata records (a topic and
+    each of its partitions is one), PolicyViolationError for every topic in it."""
+    requests = in_requests({f"t{i}": 5 for i in range(2000)})
+    assert [len(r) for r in requests] == [833, 833, 334]
+    assert all(sum(1 + n for n in r.values()) <= 5000 for r in requests)
+    assert in_requests({"big": 6000, "a": 1, "b": 2}) == [{"big": 6000}, {"a": 1, "b": 2}]
