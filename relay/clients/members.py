@@ -113,7 +113,15 @@ class KtmAssignor(AbstractPartitionAssignor):
         self._keys = sorted(keys)
         self._plan = fingerprint(keys)
 
+    # The plan the last join carried, and whether an assignment came for a plan since changed
+    # while this member stood by: it must join again, or it stands by for good (seen: partitions
+    # found while a rebalance was out; the join carried the old plan and the rejoin asked for
+    # meanwhile was lost with it).
+    _sent: str | None = None
+    stale: bool = False
+
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolSubscription:
+        self._sent = self._plan
         me = {"plan": self._plan, "host": socket.gethostname(), "pid": os.getpid()}
         return ConsumerProtocolSubscription(self.version, list(topics), json.dumps(me).encode())
 
@@ -144,6 +152,7 @@ class KtmAssignor(AbstractPartitionAssignor):
 
     def on_assignment(self, assignment: ConsumerProtocolAssignment, generation: int) -> None:
         data = _json(assignment.user_data)
+        self.stale = bool(data.get("standby")) and self._sent != self._plan
         keys = frozenset((str(t), int(p)) for t, p in data.get("keys", []))
         number = getattr(generation, "generation_id", generation)
         self._on_assignment(
@@ -246,6 +255,9 @@ class Member:
         records = self._consumer.poll(timeout_ms=int(timeout * 1000))
         if records:  # never: the assignor assigns no Kafka partition
             log.error("membership consumer received records: %s", list(records))
+        if self._assignor.stale:
+            self._assignor.stale = False
+            internals.request_rejoin(self._consumer)
 
     def last_heartbeat(self) -> float:
         """When the coordinator last answered a heartbeat of this member (monotonic clock;

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
 import pytest
 
-from relay.clients.members import Assignment
+from relay.clients.members import Assignment, KtmAssignor
 from relay.config import ClusterConfig
 from relay.engine.driver.membership import Membership
 from relay.engine.metrics import Metrics
@@ -52,3 +53,27 @@ def test_a_lapsed_right_to_write_says_why_once(caplog):
     membership._last_poll = time.monotonic() - 3  # the poll loop stuck for more than 2 s
     assert not membership.may_write()
     assert "its poll loop has not run for 3." in caplog.records[-1].getMessage()
+
+
+def test_a_member_standing_by_for_a_plan_it_changed_since_it_joined_joins_again():
+    """Partitions found while a rebalance was out: the join carried the old plan, so the leader
+    put this member on standby; the member must join again with its new one, not stand by for
+    good (seen once in CI: two processes, a topic grown, one relaying all four partitions)."""
+    from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+
+    assigned: list[Assignment] = []
+    assignor = KtmAssignor([("t", 0), ("t", 1)], assigned.append)
+
+    def standby(value: bool) -> ConsumerProtocolAssignment:
+        data = json.dumps({"keys": [], "members": 2, "standby": value}).encode()
+        return ConsumerProtocolAssignment(0, [], data)
+
+    assignor.metadata(["d"])  # the join goes out with two partitions
+    assignor.update([("t", 0), ("t", 1), ("t", 2), ("t", 3)])  # then two more are found
+    assignor.on_assignment(standby(True), 3)
+    assert assignor.stale and assigned[-1].standby
+    assignor.metadata(["d"])  # the next join carries the new plan
+    assignor.on_assignment(standby(True), 4)
+    assert not assignor.stale  # standing by for the leader's plan to change, not ours
+    assignor.on_assignment(standby(False), 5)
+    assert not assignor.stale
