@@ -106,19 +106,18 @@ class KtmAssignor(AbstractPartitionAssignor):
 
     def __init__(self, keys: Sequence[Key], on_assignment: Callable[[Assignment], None]):
         self._on_assignment = on_assignment
+        # The plan the last join carried, and whether an assignment came for a plan changed
+        # since while this member stood by: it must join again, or it stands by for good (seen:
+        # partitions found while a rebalance was out; the join carried the old plan and the
+        # rejoin asked for meanwhile was lost with it).
+        self._sent: str | None = None
+        self.stale = False
         self.update(keys)
 
     def update(self, keys: Sequence[Key]) -> None:
         """The partitions to share from the next join on."""
         self._keys = sorted(keys)
         self._plan = fingerprint(keys)
-
-    # The plan the last join carried, and whether an assignment came for a plan since changed
-    # while this member stood by: it must join again, or it stands by for good (seen: partitions
-    # found while a rebalance was out; the join carried the old plan and the rejoin asked for
-    # meanwhile was lost with it).
-    _sent: str | None = None
-    stale: bool = False
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolSubscription:
         self._sent = self._plan

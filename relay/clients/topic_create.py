@@ -108,11 +108,13 @@ def create_topics(
     # 2-core KRaft broker (the first two waits of 10 s each ended in a retry)
     limit = timeout + CREATE_SECONDS_PER_PARTITION * sum(topics.values())
     deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if set(topics) <= set(partition_counts(cluster, topics, timeout)):
+    while True:
+        missing = sorted(set(topics) - set(partition_counts(cluster, topics, timeout)))
+        if not missing:
             return
+        if time.monotonic() >= deadline:
+            break
         time.sleep(0.1)
-    missing = sorted(set(topics) - set(partition_counts(cluster, topics, timeout)))
     shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
     raise TimeoutError(f"topics {shown} did not appear within {limit:g}s")
 

@@ -123,10 +123,11 @@ class TaskRun:
         return error
 
     def _still_here(self) -> Callable[[], None]:
-        """A report every report interval while the sides wait for a busy destination's
-        answers (seconds, at 10,000 partitions on Tansu): a silent task is taken for lost and
-        cancelled, and what it sent could then land after the next round read the destination."""
-        next_report = time.monotonic() + self.task.report_interval
+        """A report at its first call and then every report interval, while the task waits
+        for a busy destination's answers (seconds, at 10,000 partitions on Tansu): a silent
+        task is taken for lost and cancelled, and what it sent could then land after the next
+        round read the destination."""
+        next_report = time.monotonic()
 
         def report() -> None:
             nonlocal next_report
@@ -257,15 +258,12 @@ class TaskRun:
         slices with a report between them: at thousands of partitions the last flush takes
         seconds, and a task silent that long is taken for lost (seen at 10,000 partitions: the
         driver re-planned, then cancelled the round)."""
-        began = next_report = time.monotonic()
-        deadline = began + self.sides.flush_limit
+        deadline = time.monotonic() + self.sides.flush_limit
+        still_here = self._still_here()
         while not self.sides.flush(max(0.0, min(EMPTY_POLL_WAIT, deadline - time.monotonic()))):
-            now = time.monotonic()
-            if now >= deadline:
+            if time.monotonic() >= deadline:
                 return
-            if now >= next_report:
-                self.channel.report(self.live_result())
-                next_report = now + self.task.report_interval
+            still_here()
 
     def _commit(self, final: bool = False) -> None:
         """Best effort: the destination (provenance headers, or the store), not this commit,
