@@ -257,6 +257,7 @@ def _takes_bulk(producer: KafkaProducer, failed: Failed) -> bool:
         acc = internals.accumulator(producer)
         internals.on_batch_split(acc, _complete_when_halves_complete)
         internals.on_batch_failure(producer, functools.partial(_stop_partition, acc, failed))
+        internals.forget_drained_queues(acc)  # safe here: no send() on a bulk producer
     except internals.Missing as exc:
         log.warning("%s: producing one record at a time", exc)
         return False

@@ -42,6 +42,7 @@ from relay.internals.producer import (  # noqa: F401
     appending,
     batches_in_flight,
     drop_in_flight,
+    forget_drained_queues,
     is_transactional,
     know_topics,
     known_partitions,

@@ -198,6 +198,36 @@ def on_drain(
     acc.drain = drain_and_hook
 
 
+def forget_drained_queues(acc: RecordAccumulator) -> None:
+    """Drop a partition's queue from the accumulator once a drain left it empty.
+
+    kafka-python keeps a queue for every partition ever written to and walks all of them, each
+    under its lock, on every loop of the I/O thread (`ready`, `expired_batches`): at 10,000
+    partitions that was most of a worker's CPU. The next append makes the queue anew
+    (`_batches` is a defaultdict). Only for producers that append through ktm's bulk paths,
+    which take the queue under the partition's lock and use it before letting go:
+    `RecordAccumulator.append` (`send()`) takes it under one hold of the lock and appends to
+    it under a second, and would append to a forgotten queue."""
+    drain = attr(acc, "drain", "RecordAccumulator.drain")
+    queues = attr(acc, "_batches", "RecordAccumulator._batches")
+    lock = attr(acc, "_tp_lock", "RecordAccumulator._tp_lock")
+
+    def drain_and_forget(
+        cluster: ClusterMetadata, nodes: set[int], max_size: int, now: float | None = None
+    ) -> dict[int, list[ProducerBatch]]:
+        drained: dict[int, list[ProducerBatch]] = drain(cluster, nodes, max_size, now=now)
+        for batches in drained.values():
+            for batch in batches:
+                tp = batch.topic_partition
+                with lock(tp):
+                    queue = queues.get(tp)
+                    if queue is not None and not queue:
+                        del queues[tp]
+        return drained
+
+    acc.drain = drain_and_forget
+
+
 def on_answered(producer: KafkaProducer, hook: Callable[[ProducerBatch], None]) -> None:
     """Call `hook(batch)` once a batch is no longer in flight: acknowledged, failed, split or
     re-enqueued (kafka-python drops it from `Sender._in_flight_batches` then; I/O thread)."""

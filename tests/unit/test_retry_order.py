@@ -247,3 +247,23 @@ def test_insert_leaves_never_sent_batches_behind() -> None:
     insert_in_sequence_order(queue, batch(6))
     insert_in_sequence_order(queue, batch(0))
     assert [b.base_sequence for b in queue] == [0, 4, 6, 8, -1]
+
+
+def test_a_queue_a_drain_emptied_is_forgotten_and_made_anew_by_a_retry(line: Line) -> None:
+    # kafka-python walks every partition's queue on each loop of the I/O thread
+    # (relay.internals.forget_drained_queues): an emptied one leaves the accumulator
+    queues = line.acc._batches
+    line.queue(3)
+    first, second = line.send_all(2)
+    assert TP in queues  # one batch still waits
+    (third,) = line.send()
+    assert TP not in queues and not line.acc.ready(line.client.cluster)[0]
+    line.answer(first)
+    line.answer(second, NOT_LEADER)  # the retry brings the partition's queue back
+    line.answer(third, NOT_LEADER)
+    assert TP in queues and line.queued() == [2, 4]
+    for expected in (second, third):
+        (retry,) = line.send()
+        assert retry is expected
+        line.answer(retry)
+    assert [b.produce_future.succeeded() for b in (first, second, third)] == [True] * 3
