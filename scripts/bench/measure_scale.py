@@ -69,19 +69,38 @@ def deleted_after(bootstrap: str, names: list[str]) -> Iterator[list[str]]:
 
 
 def produce_spread(bootstrap: str, topics: list[str], records: int, size: int) -> None:
-    """`records` records spread round-robin over every partition of every topic."""
+    """`records` records spread round-robin over every partition of every topic (record `seq`
+    to partition `seq % partitions`, numbered across the topics), fed a slice of topics at a
+    time: one kafka-python producer writing to 10,000 partitions walks all of them on every
+    loop of its I/O thread, and on Apache Kafka let its batches expire (1M records)."""
+    base_ms = int(time.time() * 1000) - records
+    total = len(topics) * PARTITIONS
+    for first in range(0, len(topics), FEED_TOPICS):
+        last = min(len(topics), first + FEED_TOPICS)
+        slots = range(first * PARTITIONS, last * PARTITIONS)
+        _feed(bootstrap, topics[first:last], slots, (total, records, base_ms, size))
+
+
+FEED_TOPICS = 200  # topics one feeding producer writes to
+
+
+def _feed(
+    bootstrap: str, topics: list[str], slots: range, spread: tuple[int, int, int, int]
+) -> None:
+    """The records of partitions `slots`; `topics` holds the first of them."""
+    total, records, base_ms, size = spread
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
     # every topic's metadata in one request: kafka-python alone waits for each new topic in
     # turn (2,000 topics on Apache Kafka: 8 minutes)
     internals.know_topics(producer, topics)
-    base_ms = int(time.time() * 1000) - records
     errors: list[BaseException] = []
     try:
-        slots = len(topics) * PARTITIONS
-        for seq in range(records):
+        for seq in (turn + slot for turn in range(0, records, total) for slot in slots):
+            if seq >= records:
+                break
             fields = record_fields(seq, size, PARTITIONS)
-            fields["partition"] = (seq % slots) % PARTITIONS
-            topic = topics[(seq % slots) // PARTITIONS]
+            fields["partition"] = seq % total % PARTITIONS
+            topic = topics[(seq % total - slots.start) // PARTITIONS]
             producer.send(topic, timestamp_ms=base_ms + seq, **fields).add_errback(errors.append)
         producer.flush()
     finally:
