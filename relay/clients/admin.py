@@ -178,10 +178,9 @@ def real_end_offsets(
     watermark, answers the high watermark and the last stable offset, right on both brokers, in
     its header: no record is wanted. (A fetch from inside the log, even for a byte, costs Apache
     Kafka ~2.3 ms a partition on a 2-core machine: 23 s at 10,000 partitions; at the log end
-    0.4 s.) A partition
-    listed as ending at its beginning is empty on both (Tansu's answer for a partition holding
-    anything is past its beginning): no fetch asks it, which spares a fresh destination's
-    thousands of partitions a fetch that waits for data.
+    0.4 s.) A partition listed as ending at its beginning is empty on both (Tansu's answer for a
+    partition holding anything is past its beginning): no fetch asks it, which spares a fresh
+    destination's thousands of partitions a fetch that waits for data.
 
     Under read_committed the listing is still read_uncommitted's: ListOffsets(READ_COMMITTED)
     is the last stable offset on Apache Kafka, but Tansu answers 0 while a transaction is open

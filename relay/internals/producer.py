@@ -208,14 +208,10 @@ def forget_drained_queues(acc: RecordAccumulator) -> None:
     which take the queue under the partition's lock and use it before letting go:
     `RecordAccumulator.append` (`send()`) takes it under one hold of the lock and appends to
     it under a second, and would append to a forgotten queue."""
-    drain = attr(acc, "drain", "RecordAccumulator.drain")
     queues = attr(acc, "_batches", "RecordAccumulator._batches")
     lock = attr(acc, "_tp_lock", "RecordAccumulator._tp_lock")
 
-    def drain_and_forget(
-        cluster: ClusterMetadata, nodes: set[int], max_size: int, now: float | None = None
-    ) -> dict[int, list[ProducerBatch]]:
-        drained: dict[int, list[ProducerBatch]] = drain(cluster, nodes, max_size, now=now)
+    def forget(drained: dict[int, list[ProducerBatch]]) -> None:
         for batches in drained.values():
             for batch in batches:
                 tp = batch.topic_partition
@@ -223,9 +219,8 @@ def forget_drained_queues(acc: RecordAccumulator) -> None:
                     queue = queues.get(tp)
                     if queue is not None and not queue:
                         del queues[tp]
-        return drained
 
-    acc.drain = drain_and_forget
+    on_drain(acc, forget)
 
 
 def on_answered(producer: KafkaProducer, hook: Callable[[ProducerBatch], None]) -> None:

@@ -76,31 +76,37 @@ def produce_spread(bootstrap: str, topics: list[str], records: int, size: int) -
     base_ms = int(time.time() * 1000) - records
     total = len(topics) * PARTITIONS
     for first in range(0, len(topics), FEED_TOPICS):
-        last = min(len(topics), first + FEED_TOPICS)
-        slots = range(first * PARTITIONS, last * PARTITIONS)
-        _feed(bootstrap, topics[first:last], slots, (total, records, base_ms, size))
+        names = topics[first : first + FEED_TOPICS]
+        slots = range(first * PARTITIONS, (first + len(names)) * PARTITIONS)
+        sends = (
+            (names[slot // PARTITIONS - first], slot % PARTITIONS, turn + slot)
+            for turn in range(0, records, total)
+            for slot in slots
+            if turn + slot < records
+        )
+        _feed(bootstrap, names, sends, base_ms, size)
 
 
 FEED_TOPICS = 200  # topics one feeding producer writes to
 
 
 def _feed(
-    bootstrap: str, topics: list[str], slots: range, spread: tuple[int, int, int, int]
+    bootstrap: str,
+    topics: list[str],
+    sends: Iterator[tuple[str, int, int]],
+    base_ms: int,
+    size: int,
 ) -> None:
-    """The records of partitions `slots`; `topics` holds the first of them."""
-    total, records, base_ms, size = spread
+    """Record `seq` to each (topic, partition, seq) of `sends`, all in `topics`."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
     # every topic's metadata in one request: kafka-python alone waits for each new topic in
     # turn (2,000 topics on Apache Kafka: 8 minutes)
     internals.know_topics(producer, topics)
     errors: list[BaseException] = []
     try:
-        for seq in (turn + slot for turn in range(0, records, total) for slot in slots):
-            if seq >= records:
-                break
+        for topic, partition, seq in sends:
             fields = record_fields(seq, size, PARTITIONS)
-            fields["partition"] = seq % total % PARTITIONS
-            topic = topics[(seq % total - slots.start) // PARTITIONS]
+            fields["partition"] = partition
             producer.send(topic, timestamp_ms=base_ms + seq, **fields).add_errback(errors.append)
         producer.flush()
     finally:
