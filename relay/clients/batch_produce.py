@@ -47,7 +47,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from relay import internals
 from relay.batches import DestBatch, stamp_producer
-from relay.clients.delivery import NOT_WRITTEN, UNKNOWN, Delivery
+from relay.clients.delivery import Delivery
 
 if TYPE_CHECKING:  # kafka-python's own class (untyped: it says what an argument is)
     from kafka.producer.record_accumulator import RecordAccumulator
@@ -118,7 +118,7 @@ class BatchDelivery(Delivery):
     __slots__ = ("_producer_batch", "_acc")
 
     def __init__(self, producer_batch: ProducerBatch, acc: RecordAccumulator):
-        super().__init__(producer_batch.produce_future, True)
+        super().__init__(producer_batch.produce_future, producer_batch)
         self._producer_batch = producer_batch
         self._acc = acc
 
@@ -135,13 +135,6 @@ class BatchDelivery(Delivery):
         """Dropped by the accumulator without completing: split by the sender."""
         gone = not internals.still_incomplete(self._acc, self._producer_batch)
         return gone and not self._future.is_done  # a completed batch is dropped after completing
-
-    def written(self) -> int:
-        """A batch that failed before the sender ever drained it never reached a broker."""
-        found = super().written()
-        if found == UNKNOWN and self.done and self._producer_batch.drained is None:
-            return NOT_WRITTEN
-        return found
 
     @property
     def base_offset(self) -> int | None:

@@ -16,6 +16,7 @@ from kafka.errors import (
     RequestTimedOutError,
 )
 from kafka.future import Future
+from kafka.producer.producer_batch import FinalState, ProducerBatch
 
 from relay.spec import ACKED, NOT_WRITTEN, UNKNOWN
 
@@ -29,8 +30,9 @@ class Delivery:
 
     __slots__ = ("_future", "_batch")
 
-    def __init__(self, future: Future, batch: bool):
-        self._future = future  # a producer batch's future, or one record's (the fallback path)
+    def __init__(self, future: Future, batch: ProducerBatch | None):
+        # a producer batch's future and the batch, or one record's future (the fallback path)
+        self._future = future
         self._batch = batch
 
     @property
@@ -42,7 +44,7 @@ class Delivery:
         future = self._future
         if not future.is_done:
             return None
-        if not self._batch:
+        if self._batch is None:
             return _exception(future)
         return error_of(future)  # (base offset, log append time, errors by index)
 
@@ -54,7 +56,7 @@ class Delivery:
         for every index when the broker named none, else a new error at each call, a plain
         KafkaError for the records it did not name (what `error()` then says)."""
         future = self._future
-        if not (self._batch and future.is_done and future.exception is None):
+        if not (self._batch is not None and future.is_done and future.exception is None):
             return None
         _, _, by_index = future.value
         if by_index is None or count < 1 or by_index(0) is by_index(0):
@@ -69,13 +71,23 @@ class Delivery:
         return self.done and self.error() is None
 
     def written(self) -> int:
-        """ACKED, NOT_WRITTEN (the broker refused it: it is not in the log), or UNKNOWN (still
-        out, or ended without an answer: timed out, cut off, abandoned; it may have landed)."""
+        """ACKED, NOT_WRITTEN (the broker refused it, or it never left: it is not in the log),
+        or UNKNOWN (still out, or ended without an answer: timed out, cut off, abandoned; it
+        may have landed)."""
         if not self.done:
             return UNKNOWN
         error = self.error()
         if error is None:
             return ACKED
+        batch = self._batch
+        if batch is not None and batch.drained is None:
+            return NOT_WRITTEN  # failed before the sender ever took it: no broker saw it
+        if batch is not None and batch.final_state is FinalState.ABORTED:
+            # Given up by the producer, not answered by the broker. kafka-python 3.0.12 puts an
+            # idempotent producer in a fatal state when the broker refuses one batch for good
+            # (a timestamp, a null key) and aborts every batch in flight with that refusal:
+            # those to other partitions may well be in the log.
+            return UNKNOWN
         refused = isinstance(error, BrokerResponseError)
         return NOT_WRITTEN if refused and not isinstance(error, MAY_BE_APPENDED) else UNKNOWN
 

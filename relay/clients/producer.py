@@ -158,7 +158,7 @@ class Producer:
         if not self._bulk:
             if TopicPartition(topic, partition) in self._failed:
                 raise PartitionFailed(topic, partition, self._failed)
-            return [(1, Delivery(self._send_one(topic, partition, item), False)) for item in items]
+            return [(1, Delivery(self._send_one(topic, partition, item), None)) for item in items]
         tp = TopicPartition(topic, partition)
         segments = _append_bulk(internals.accumulator(self._producer), tp, items, self._failed)
         self._wake()
@@ -293,7 +293,7 @@ def _append_bulk(
             meta = batch.records.append(timestamp, key, value, headers) if batch else None
             if batch is None or meta is None:  # no open batch, or it is full: the next one
                 if batch is not None and count:
-                    segments.append((count, Delivery(batch.produce_future, True)))
+                    segments.append((count, Delivery(batch.produce_future, batch)))
                 batch, count = _new_batch(acc, tp, now), 0
                 dq.append(batch)
                 internals.track(acc, batch)
@@ -305,7 +305,7 @@ def _append_bulk(
             count += 1
         assert batch is not None
         batch.last_append = now
-        segments.append((count, Delivery(batch.produce_future, True)))
+        segments.append((count, Delivery(batch.produce_future, batch)))
     return segments
 
 
