@@ -32,6 +32,9 @@ def stored_records(store: Path) -> int:
     return total
 
 
+TOTAL = 20_000  # records of the kill -9 test: 4,000 at first, the rest fed while it runs
+
+
 @pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON)
 def test_kill_9_mid_backup_and_mid_restore_then_restart_gives_every_record_once(
     source_broker, target_broker, tmp_path
@@ -47,7 +50,7 @@ def test_kill_9_mid_backup_and_mid_restore_then_restart_gives_every_record_once(
     # The rest is fed at a pace once the backup runs, so records still flow when it is killed
     # (a backlog is backed up within a second: on a fast machine it would finish first).
     def feed() -> None:
-        for first in range(4_000, 40_000, 2_000):
+        for first in range(4_000, TOTAL, 2_000):
             produce(source_broker.bootstrap, src, records(2_000, 4, first=first))
             time.sleep(0.2)
 
@@ -58,10 +61,10 @@ def test_kill_9_mid_backup_and_mid_restore_then_restart_gives_every_record_once(
         wait_for(lambda: stored_records(store) >= 8_000, 120, "segments written", first)
         first.kill()  # ktm, its JVM and its workers: nothing gets to finish
     feeding.join(120)
-    assert stored_records(store) < 40_000, "the kill must come mid-way"
+    assert stored_records(store) < TOTAL, "the kill must come mid-way"
     last = run_ktm(tmp_path, "--config", str(conf), "--stop-at-end", command="backup", timeout=200)
     assert last.returncode == 0, last.stderr
-    assert stored_records(store) == 40_000  # no overlap, no hole: every offset once
+    assert stored_records(store) == TOTAL  # no overlap, no hole: every offset once
 
     # Small, unbatched produce requests make the first restore slow enough to kill mid-way.
     slow = conf.with_name("slow.toml")
@@ -76,13 +79,14 @@ def test_kill_9_mid_backup_and_mid_restore_then_restart_gives_every_record_once(
             first,
         )
         first.kill()
-    assert record_count(target_broker.bootstrap, dst) < 40_000, "the kill must come mid-way"
+    assert record_count(target_broker.bootstrap, dst) < TOTAL, "the kill must come mid-way"
     last = run_ktm(tmp_path, "--config", str(conf), command="restore", timeout=200)
     assert last.returncode == 0, last.stderr
 
     assert_same(read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst))
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: the store's files
 def test_compact_and_check_on_the_command_line(source_broker, target_broker, tmp_path):
     src = create_topic(source_broker.bootstrap, unique_topic("cc"), 2)
     dst = create_topic(target_broker.bootstrap, unique_topic("cd"), 2)
@@ -149,6 +153,7 @@ def test_a_store_that_cannot_be_used_fails_with_one_line(
     assert "wrong-secret" not in run.stderr and s3.secret_key not in line
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: the store's files
 def test_damaged_or_foreign_segments_stop_the_restore_naming_the_file(
     source_broker, target_broker, tmp_path
 ):
@@ -177,6 +182,7 @@ def test_damaged_or_foreign_segments_stop_the_restore_naming_the_file(
     assert_one_error_line(run, 1, foreign.name)
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: a partition count
 def test_a_destination_with_fewer_partitions_is_refused(source_broker, target_broker, tmp_path):
     store = tmp_path / "store"
     conf, src = store_conf(tmp_path, source_broker, target_broker, str(store))

@@ -68,6 +68,7 @@ def not_kafka() -> Iterator[str]:
     server.close()
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: a port not Kafka
 def test_a_port_that_is_not_kafka_fails_naming_the_address(source_broker, not_kafka, tmp_path):
     src = create_topic(source_broker.bootstrap, unique_topic("nk-src"), partitions=1)
     config = write_config(

@@ -306,6 +306,7 @@ def test_sample_filter_relays_exactly_the_allowed_records(
 # --- 2. --filter PATH only ------------------------------------------------------------------------
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: a command-line flag
 @pytest.mark.timeout(200)  # a whole `ktm` run, Spark start-up included
 def test_filter_given_only_on_the_command_line(source_broker, target_broker, tmp_path):
     """key_prefix.py requires `prefixes`, so `--filter ./filters/key_prefix.py` (empty config)

@@ -42,6 +42,7 @@ def produced_to(port: int, topic: str) -> float:
     )
 
 
+@pytest.mark.brokers("kafka")  # ktm's own behaviour, the same on any broker: the cap
 def test_a_capped_backfill_takes_the_time_the_cap_implies_and_live_records_still_flow(
     source_broker, target_broker, tmp_path
 ):

@@ -1,10 +1,10 @@
 """deploy/'s rules and dashboard against a real Prometheus scraping real ktm processes.
 
 Two `ktm relay` processes share a topic (one group) while a feeder writes; Prometheus scrapes
-both every second with a copy of deploy/prometheus/ktm-rules.yml whose `for:` durations are
-shortened (nothing else changes). The target broker frozen with SIGSTOP makes
-KtmPartitionStuck fire, SIGCONT resolves it; then every recording rule and every dashboard
-panel returns series; one process killed makes KtmGroupMembersMissing (and KtmDown) fire.
+both every second with a copy of deploy/prometheus/ktm-rules.yml whose `for:` durations and
+one-minute windows are shortened (nothing else changes). The target broker frozen with SIGSTOP
+makes KtmPartitionStuck fire, SIGCONT resolves it; then every recording rule and every
+dashboard panel returns series; one process killed makes KtmGroupMembersMissing (and KtmDown) fire.
 The panels only other modes fill (failovers, backup segments, restore waits) are checked on a
 failover-mode backup and a restore --follow.
 """
@@ -40,6 +40,7 @@ pytestmark = [
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PARTITIONS = 4
 FOR = "3s"  # every alert's `for:` in the test copy of the rules
+WINDOW = "[20s]"  # its one-minute windows ("stuck" = no move for the window): 20 scrapes
 # Panels whose series exist only in another mode (failover switches, backup segments, restore
 # --follow waits): a relay never creates them.
 OTHER_MODES = ("ktm_failovers_total", "ktm_segments_written_total", "ktm_restore_waiting_seconds")
@@ -49,12 +50,13 @@ VERIFY_METRICS = ("ktm_verify_mismatches_total", "ktm_verified_next_offset",
 
 
 def fast_rules(path: Path) -> Path:
-    """The shipped rules with only their `for:` durations shortened."""
+    """The shipped rules with only their `for:` durations and one-minute windows shortened."""
     spec = yaml.safe_load((DEPLOY / "prometheus" / "ktm-rules.yml").read_text())
     for group in spec["groups"]:
         for rule in group["rules"]:
             if "for" in rule:
                 rule["for"] = FOR
+            rule["expr"] = rule["expr"].replace("[1m]", WINDOW)
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 

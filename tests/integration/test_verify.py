@@ -224,6 +224,7 @@ def _key(segment: Path, store: Path) -> str:
     return segment.relative_to(store).as_posix()
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: exit codes
 def test_the_cli_exits_0_exact_1_naming_the_fault_and_2_on_bad_input(
     source_broker, target_broker, source_topic, tmp_path
 ):
