@@ -8,9 +8,8 @@ its nodes, and wipe them (`restart(empty=True)`); the pool brings a node it gets
 other state up again before lending it out.
 
 Pool nodes accept group session timeouts from 1 s (stock: 6 s) so that the tests' short
-sessions, which make a dead process's partitions move quickly, run unchanged on Kafka, and do
-not hold an empty group's first join (stock: 3 s); the tests of the stock settings start a
-cluster of their own.
+sessions, which make a dead process's partitions move quickly, run unchanged on Kafka; the
+tests of the stock minimum start a cluster of their own.
 """
 
 from __future__ import annotations
@@ -22,14 +21,7 @@ from kafka.errors import KafkaError
 
 from testbed.kafka import VERSIONS, KafkaCluster
 
-POOL_SETTINGS = {
-    "group.min.session.timeout.ms": "1000",
-    # Kafka's own config/server.properties sets 0 "for development and testing"; a stock broker
-    # holds an empty group's first join 3 s, and every ktm run of a test joins one (a 5-record
-    # --stop-at-end run took 4.0 s, 3.0 of them in JoinGroup). What users meet is measured by
-    # scripts/bench and tests/integration/test_cluster_faults.py's stock broker.
-    "group.initial.rebalance.delay.ms": "0",
-}
+POOL_SETTINGS = {"group.min.session.timeout.ms": "1000"}
 
 KINDS = {"kafka": VERSIONS["4"], "kafka39": VERSIONS["3.9"]}
 
