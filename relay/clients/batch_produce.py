@@ -115,11 +115,11 @@ class PrebuiltRecords:
 class BatchDelivery(Delivery):
     """How one produced batch ended; once acknowledged, the offset the broker gave it."""
 
-    __slots__ = ("_producer_batch", "_acc")
+    __slots__ = ("_acc",)
+    _batch: ProducerBatch  # Delivery's, never None here
 
     def __init__(self, producer_batch: ProducerBatch, acc: RecordAccumulator):
         super().__init__(producer_batch.produce_future, producer_batch)
-        self._producer_batch = producer_batch
         self._acc = acc
 
     def error(self) -> BaseException | None:
@@ -133,7 +133,7 @@ class BatchDelivery(Delivery):
 
     def _split(self) -> bool:
         """Dropped by the accumulator without completing: split by the sender."""
-        gone = not internals.still_incomplete(self._acc, self._producer_batch)
+        gone = not internals.still_incomplete(self._acc, self._batch)
         return gone and not self._future.is_done  # a completed batch is dropped after completing
 
     @property
