@@ -60,7 +60,10 @@ class Ktm:
     ):
         self.out_path = tmp_path / f"ktm-{time.monotonic_ns()}.out"
         self.err_path = self.out_path.with_suffix(".err")
-        env = {**os.environ, "KTM_LOG_DIR": str(tmp_path / "ktm-logs"), **(env or {})}
+        # Not the workers' interpreter the test process's own Spark chose (relay.engine.jvm
+        # sets it in os.environ): ktm picks its own as a user's run does, or a test says.
+        inherited = {k: v for k, v in os.environ.items() if k not in _SPARK_PYTHON}
+        env = {**inherited, "KTM_LOG_DIR": str(tmp_path / "ktm-logs"), **(env or {})}
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
             self.started = time.monotonic()
             self.proc = subprocess.Popen(
@@ -144,10 +147,15 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+# Spark's Python daemon, or ktm's for local masters (relay.engine.local_daemon)
+_DAEMONS = (b"pyspark.daemon", b"relay.engine.local_daemon")
+_SPARK_PYTHON = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+
+
 def spark_workers(pid: int) -> list[int]:
     """The Python workers running Spark tasks below `pid` (ktm's process): the children of
-    PySpark's worker daemon (Linux /proc)."""
-    daemons = [p for p in descendants(pid) if b"pyspark.daemon" in _cmdline(p)]
+    the Python daemon (Linux /proc)."""
+    daemons = [p for p in descendants(pid) if any(d in _cmdline(p) for d in _DAEMONS)]
     return [child for daemon in daemons for child in descendants(daemon)]
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import logging
 import os
 import signal
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JVM_EXIT_TIMEOUT = 10.0
+LOCAL_DAEMON = "relay.engine.local_daemon"  # Spark's Python daemon, PySpark not from its zip
 
 _LOG4J2 = """\
 rootLogger.level = warn
@@ -84,7 +86,10 @@ def launch(spark_cfg: SparkConfig, master: str, log_dir: Path) -> Launched:
     if master.startswith("local"):
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
+        if _workers_find_local_daemon():
+            settings["spark.python.daemon.module"] = LOCAL_DAEMON
     settings.update(dict(spark_cfg.conf))
+    log.debug("spark python daemon: %s", settings.get("spark.python.daemon.module", "pyspark's"))
     for key, value in settings.items():
         conf.set(key, value)
     with open(log_path, "ab") as sink:
@@ -126,6 +131,24 @@ def _python_for_workers(spark_cfg: SparkConfig, master: str) -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def _workers_find_local_daemon() -> bool:
+    """Whether local workers, started as `PYSPARK_PYTHON -m <module>` in this directory, import
+    relay.engine.local_daemon from the same ktm as this process: this interpreter, and no other
+    `relay` first on their path (`-m` puts the working directory first)."""
+    if os.environ.get("PYSPARK_PYTHON") != sys.executable:
+        return False
+    import relay
+
+    path = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path[1:]]
+    for finder in sys.meta_path:  # as the import system looks (an editable install's finder)
+        find = getattr(finder, "find_spec", None)
+        plain = finder is importlib.machinery.PathFinder
+        spec = find("relay", [p for p in path if p] if plain else None) if find else None
+        if spec is not None:
+            return bool(spec.origin == relay.__file__)
+    return False
 
 
 def _end_jvm(gateway: JavaGateway | None, timeout: float = JVM_EXIT_TIMEOUT) -> bool:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from relay.internals.clients import (  # noqa: F401 - the package is where callers find them
     await_join,
+    find_coordinator_soon,
     group_member_count,
     joining,
     last_heartbeat,
@@ -146,9 +147,10 @@ INTERNALS = (
         "producing one record at a time (several times the CPU)",
     ),
     Internal(
-        "ConsumerCoordinator.request_rejoin and ensure_active_group", "kafka-python",
+        "ConsumerCoordinator.request_rejoin, ensure_active_group, ensure_coordinator_ready_async",
+        "kafka-python",
         _has("kafka.coordinator.consumer", "ConsumerCoordinator", "request_rejoin", "stable",
-             "ensure_active_group"),
+             "ensure_active_group", "ensure_coordinator_ready_async", "coordinator"),
         None,
     ),
     Internal(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from relay.internals.missing import Missing, attr
 
 if TYPE_CHECKING:  # kafka-python's own classes (untyped: they say what each argument is)
     from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+log = logging.getLogger(__name__)
 
 
 def position(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
@@ -44,6 +47,26 @@ def await_join(consumer: KafkaConsumer, timeout: float) -> None:
     coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
     ensure = attr(coordinator, "ensure_active_group", "ConsumerCoordinator.ensure_active_group")
     ensure(timeout_ms=int(timeout * 1000))
+
+
+def find_coordinator_soon(consumer: KafkaConsumer, timeout: float) -> None:
+    """Start finding the consumer's group coordinator and connecting to it (a node of its own
+    in kafka-python) on the consumer's IO thread, and return at once: the group's first commit
+    then waits one round trip instead of three (FindCoordinator, the new connection's
+    ApiVersions, the OffsetCommit). A commit that comes first shares the lookup."""
+    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    manager = attr(consumer, "_manager", "KafkaConsumer._manager")
+
+    async def find() -> None:
+        try:
+            if await coordinator.ensure_coordinator_ready_async(timeout_ms=int(timeout * 1000)):
+                node = coordinator.coordinator()
+                if node is not None:
+                    manager.get_connection(node)  # connects on the IO thread
+        except Exception as exc:  # noqa: BLE001 - nobody waits: the commit meets it again
+            log.debug("finding the group coordinator: %s", exc)
+
+    manager.call_soon(find)
 
 
 def last_heartbeat(consumer: KafkaConsumer) -> float:

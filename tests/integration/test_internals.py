@@ -102,6 +102,25 @@ def test_the_consumer_group_and_admin_internals(source_broker):
         admin.close()
 
 
+def test_the_group_coordinator_is_found_and_connected_in_the_background(source_broker):
+    """A reader's warm-up starts this and goes on at once; the task's first commit then
+    finds the coordinator known and its connection open (one round trip, not three)."""
+    group = unique_topic("internals-group")
+    consumer = KafkaConsumer(bootstrap_servers=source_broker.bootstrap, group_id=group,
+                             enable_auto_commit=False)  # fmt: skip
+    try:
+        began = time.monotonic()
+        internals.find_coordinator_soon(consumer, 30)
+        assert time.monotonic() - began < 1.0  # it does not wait for the broker
+        coordinator, client = consumer._coordinator, consumer._client
+        deadline = time.monotonic() + 30
+        while coordinator.coordinator_id is None or not client.is_ready(coordinator.coordinator_id):
+            assert time.monotonic() < deadline, "the coordinator was not found and connected"
+            time.sleep(0.01)
+    finally:
+        consumer.close(autocommit=False)
+
+
 def test_the_pyspark_internals(spark):
     context = internals.active_spark_context()
     assert context is not None

@@ -383,6 +383,7 @@ def test_the_first_run_writes_the_class_archive_and_the_next_one_maps_it(
 
     assert first.returncode == 0, first.stderr
     assert "spark class archive: -XX:ArchiveClassesAtExit=" in first.stderr
+    assert "spark python daemon: relay.engine.local_daemon" in first.stderr  # PySpark compiled
     (archive,) = cache.glob("spark-driver-*.jsa")
     assert archive.stat().st_size > 1_000_000 and not list(cache.glob("*.tmp"))
 

@@ -73,8 +73,11 @@ def test_check_relay_backup_compact_and_restore_from_a_user_directory(
     checked = user_run(user_env, tmp_path, workdir, "--config", relay_conf, command="check")
     assert f"{RECORDS} records to relay; nothing was relayed" in checked.stdout
 
-    user_run(user_env, tmp_path, workdir, "--config", relay_conf, "--stop-at-end", command="relay")
+    relayed = user_run(user_env, tmp_path, workdir, "--config", relay_conf, "--stop-at-end",
+                       "--debug", command="relay")  # fmt: skip
     assert_ships_bytecode(tmp_path)
+    # the workers' daemon came from the wheel: PySpark imported compiled, not from Spark's zip
+    assert "spark python daemon: relay.engine.local_daemon" in relayed.stderr
     source = read_all(source_broker.bootstrap, src)
     assert_exact_copy(source, flat(read_all(target_broker.bootstrap, copy)), src)
     assert_verified(user_run(user_env, tmp_path, workdir, "--config", relay_conf,
