@@ -26,7 +26,7 @@ from kafka.errors import (
 )
 
 from relay.clients.batch_fetch import TP, BatchFetcher
-from relay.clients.kept import kept
+from relay.clients.kept import Ahead, kept
 from relay.clients.login import check_login, login_problem
 from relay.clients.settings import (  # noqa: F401
     NO_CLIENT_METRICS,
@@ -65,25 +65,48 @@ def probe_consumer(
     With `group_id` it can also read committed offsets; it never joins the group.
     """
 
-    def make() -> KafkaConsumer:
-        check_login(cluster, timeout)
-        try:
-            consumer = KafkaConsumer(
-                **client_settings(cluster, timeout),
-                **NO_CLIENT_METRICS,
-                group_id=group_id,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                fetch_max_wait_ms=100,
-                isolation_level=cluster.isolation_level,
-            )
-        except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
-            raise _unreachable(cluster, timeout) from exc
-        return never_create_topics(consumer)
-
-    key = ("probe", cluster, timeout, group_id)
-    with kept(key, make, lambda consumer: consumer.close(autocommit=False)) as consumer:
+    make = functools.partial(_make_probe, cluster, timeout, group_id)
+    with kept(("probe", cluster, timeout, group_id), make, _close_probe) as consumer:
         yield consumer
+
+
+def _make_probe(cluster: ClusterConfig, timeout: float, group_id: str | None) -> KafkaConsumer:
+    check_login(cluster, timeout)
+    try:
+        consumer = KafkaConsumer(
+            **client_settings(cluster, timeout),
+            **NO_CLIENT_METRICS,
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=100,
+            isolation_level=cluster.isolation_level,
+        )
+    except KafkaTimeoutError as exc:  # kafka-python 3 raises this when bootstrap fails
+        raise _unreachable(cluster, timeout) from exc
+    return never_create_topics(consumer)
+
+
+def _close_probe(consumer: KafkaConsumer) -> None:
+    consumer.close(autocommit=False)
+
+
+def offset_readers(cluster: ClusterConfig, topics: Iterable[str], timeout: float) -> list[Ahead]:
+    """The clients `offset_bounds(cluster, ...)` reads with (its probe consumer, its end
+    fetcher with the leaders of `topics` connected), to open ahead (relay.clients.kept.HeadStart):
+    each is a bootstrap of two or three round trips, over a second across a long link."""
+    listing, wanted = _listing(cluster), frozenset(topics)
+
+    def end_fetcher() -> BatchFetcher:
+        fetcher = _end_fetcher(cluster, timeout)
+        fetcher.warm(wanted, timeout)
+        return fetcher
+
+    probe = functools.partial(_make_probe, listing, timeout, None)
+    return [
+        Ahead(("probe", listing, timeout, None), probe, _close_probe),
+        Ahead(("end-probe", cluster, timeout), end_fetcher, BatchFetcher.close),
+    ]
 
 
 class Unsupported(Exception):
@@ -225,9 +248,7 @@ def _fetched_ends(
     floor = {
         key: 0 if cluster.read_committed else listed[TopicPartition(*key)] for key in positions
     }
-    make = functools.partial(
-        BatchFetcher, cluster, timeout, min_bytes=0, partition_max_bytes=END_PROBE_BYTES
-    )
+    make = functools.partial(_end_fetcher, cluster, timeout)
     deadline = time.monotonic() + timeout
     ends: dict[TP, int] = {}
     with kept(("end-probe", cluster, timeout), make, BatchFetcher.close) as fetcher:
@@ -249,6 +270,10 @@ def _fetched_ends(
             if positions:
                 time.sleep(min(END_RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
     return {TopicPartition(*key): end for key, end in ends.items()}
+
+
+def _end_fetcher(cluster: ClusterConfig, timeout: float) -> BatchFetcher:
+    return BatchFetcher(cluster, timeout, min_bytes=0, partition_max_bytes=END_PROBE_BYTES)
 
 
 END_RETRY_PAUSE = 0.05  # seconds: a leader moving or metadata refreshing, bounded by the timeout

@@ -14,12 +14,15 @@ use makes a new one.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 _local = threading.local()
 
@@ -82,6 +85,66 @@ def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], object]) -> 
         cache.clients.pop(key, None)
         _close_quietly(functools.partial(close, client))
         raise
+
+
+class Ahead(NamedTuple):
+    """A client to open ahead: the key `kept()` will ask for, and how to make and close it."""
+
+    key: Hashable
+    make: Callable[[], Any]
+    close: Callable[[Any], object]
+
+
+class HeadStart:
+    """Clients opened on threads of their own while the caller's thread asks other things,
+    then handed to that thread's cache (`take`), where `kept()` finds them open. One that
+    fails to open is left for the caller, who opens its own and meets the error there."""
+
+    def __init__(self, aheads: Sequence[Ahead]):
+        self._made: dict[Hashable, tuple[object, Callable[[], object]]] = {}
+        self._over = False  # taken or closed: what opens later is closed at once
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._open, args=(a,), name="ktm-head-start", daemon=True)
+            for a in aheads
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _open(self, ahead: Ahead) -> None:
+        try:
+            client = ahead.make()
+        except Exception as exc:  # noqa: BLE001 - the caller opens its own
+            log.debug("opening %s ahead: %s", ahead.key, exc)
+            return
+        with self._lock:
+            if not self._over:
+                self._made[ahead.key] = (client, functools.partial(ahead.close, client))
+                return
+        _close_quietly(functools.partial(ahead.close, client))
+
+    def take(self, timeout: float) -> None:
+        """Into this thread's cache what was opened, after waiting up to `timeout` for what
+        is still opening (a client the cache holds already, or with no cache: closed)."""
+        for thread in self._threads:
+            thread.join(timeout)
+        with self._lock:
+            self._over = True
+            made, self._made = self._made, {}
+        cache: ClientCache | None = getattr(_local, "cache", None)
+        for key, (client, close) in made.items():
+            if cache is not None and key not in cache.clients:
+                cache.clients[key] = (client, close)
+            else:
+                _close_quietly(close)
+
+    def close(self) -> None:
+        """What was opened and not taken, closed."""
+        with self._lock:
+            self._over = True
+            made, self._made = self._made, {}
+        for _, close in made.values():
+            _close_quietly(close)
 
 
 def _close_quietly(close: Callable[[], object]) -> None:

@@ -19,7 +19,9 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypedDict, cast
@@ -50,9 +52,13 @@ if TYPE_CHECKING:  # kafka-python's own class (untyped: it says what an argument
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+# The plan of a member that joined before it knew its partitions (the group's first join is
+# held seconds by the broker; the partition counts come meanwhile): it owns nothing under it.
+PENDING = "pending"
 # Seconds a poll waits for a join that is out (it returns when the join ends): the longer, the
 # rarer a join ending between two polls (and thrown away by kafka-python); a stop waits for it.
 JOIN_POLL = 2.0
+HELD_JOIN_WAIT = 4.0  # seconds a close waits for a join out to end, before it leaves
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,9 @@ class Assignment:
     keys: frozenset[Key]  # the source partitions this member may relay
     members: int  # how many members the group has
     standby: bool = False  # True: the leader's plan differs from ours; we were given nothing
+    # False: made under a plan this member no longer holds (one joined as PENDING): it stands
+    # for nothing, and this member rejoins (or waits for its own plan first)
+    settled: bool = True
 
 
 class JoiningMember(Protocol):
@@ -75,17 +84,19 @@ class _UserData(TypedDict, total=False):
     """What ktm's members put in the group protocol's user data, as JSON: the subscription's
     (`plan`, `host`, `pid`) and the assignment's (`keys`, `members`, `standby`)."""
 
-    plan: str
+    plan: str  # a subscription's, and an assignment's: the leader's when it assigned
     host: str
     pid: int
+    member: str  # a member's own mark, for the leader to know its own subscription
     keys: list[list[str | int]]  # [topic, partition] pairs
     members: int
     standby: bool
 
 
-def fingerprint(keys: Sequence[Key]) -> str:
-    """What the members must agree on: the same source partitions (same config, same counts)."""
-    return json.dumps(sorted(keys), separators=(",", ":"))
+def fingerprint(keys: Sequence[Key] | None) -> str:
+    """What the members must agree on: the same source partitions (same config, same counts);
+    PENDING while they are not known."""
+    return PENDING if keys is None else json.dumps(sorted(keys), separators=(",", ":"))
 
 
 def split(keys: Sequence[Key], members: Sequence[str]) -> dict[str, list[Key]]:
@@ -104,7 +115,7 @@ class KtmAssignor(AbstractPartitionAssignor):
     name = "ktm-v1"
     version = 0
 
-    def __init__(self, keys: Sequence[Key], on_assignment: Callable[[Assignment], None]):
+    def __init__(self, keys: Sequence[Key] | None, on_assignment: Callable[[Assignment], None]):
         self._on_assignment = on_assignment
         # The plan the last join carried, and whether an assignment came for a plan changed
         # since while this member stood by: it must join again, or it stands by for good (seen:
@@ -112,38 +123,77 @@ class KtmAssignor(AbstractPartitionAssignor):
         # rejoin asked for meanwhile was lost with it).
         self._sent: str | None = None
         self.stale = False
+        self._mark = uuid.uuid4().hex
+        self._assigned: str | None = None  # the plan the last assignment was made under
+        self._standby = False  # and whether it left this member standing by
+        self._leading = False  # this member made the assignment coming (its group's leader)
+        self._led = False  # and made the last one
+        # update() comes from the runner's thread while a join may be assigning
+        self._lock = threading.Lock()
         self.update(keys)
 
-    def update(self, keys: Sequence[Key]) -> None:
-        """The partitions to share from the next join on."""
-        self._keys = sorted(keys)
-        self._plan = fingerprint(keys)
+    def update(self, keys: Sequence[Key] | None) -> None:
+        """The partitions to share from the next join on, or from the join still out: the
+        leader assigns with the plan it holds when the join ends."""
+        with self._lock:
+            self._keys = sorted(keys or ())
+            self._plan = fingerprint(keys)
+            self._judge()
+
+    def _judge(self) -> bool:
+        """Whether the last assignment stands for this member's plan (`settled`), and whether
+        it must join again for one that does (`stale`). Under the lock."""
+        assigned, plan = self._assigned, self._plan
+        self.stale = False
+        if assigned is None or plan == PENDING:
+            return False  # nothing assigned yet, or nothing to own yet
+        if assigned == PENDING:
+            # made before its leader knew its partitions: the leader joins again once it does
+            # (the others wait for that rebalance rather than rejoin meanwhile, again and again)
+            self.stale = self._led
+            return False
+        if assigned == plan and not self._standby:
+            return True
+        if self._sent != plan:
+            self.stale = True  # joined with a plan this member no longer holds
+            return False
+        return True  # its config differs from the leader's: it stands by, as it should
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolSubscription:
-        self._sent = self._plan
-        me = {"plan": self._plan, "host": socket.gethostname(), "pid": os.getpid()}
+        with self._lock:
+            self._sent = self._plan
+            me = {"plan": self._plan, "host": socket.gethostname(), "pid": os.getpid()}
+        me["member"] = self._mark
         return ConsumerProtocolSubscription(self.version, list(topics), json.dumps(me).encode())
 
     def assign(
         self, cluster: ClusterMetadata, members: Sequence[JoiningMember]
     ) -> dict[str, ConsumerProtocolAssignment]:
+        with self._lock:
+            plan, keys = self._plan, self._keys
+            self._leading = True
         agreeing: list[str] = []
         others: list[str] = []
         for member in members:
             info = _json(member.metadata.user_data)
-            (agreeing if info.get("plan") == self._plan else others).append(member.member_id)
-        if others:
+            # this member itself, joined before it knew its partitions, holds the plan it
+            # knows now (a plan that changed since its join leaves it standing by, as others)
+            mine = info.get("member") == self._mark and info.get("plan") == PENDING
+            ours = info.get("plan") == plan or mine
+            (agreeing if ours else others).append(member.member_id)
+        if others and plan != PENDING:
             log.warning(
                 "%d group member(s) run with other topics or partition counts; they stand by "
                 "until their config matches the leader's",
                 len(others),
             )
-        shares = split(self._keys, agreeing)
+        shares = split(keys, agreeing)
         total = len(agreeing) + len(others)
         result = {}
         for member_id in agreeing + others:
-            data = {"keys": shares.get(member_id, []), "members": total}
+            data: dict[str, object] = {"keys": shares.get(member_id, []), "members": total}
             data["standby"] = member_id in others
+            data["plan"] = plan
             result[member_id] = ConsumerProtocolAssignment(
                 self.version, [], json.dumps(data).encode()
             )
@@ -151,12 +201,18 @@ class KtmAssignor(AbstractPartitionAssignor):
 
     def on_assignment(self, assignment: ConsumerProtocolAssignment, generation: int) -> None:
         data = _json(assignment.user_data)
-        self.stale = bool(data.get("standby")) and self._sent != self._plan
+        standby = bool(data.get("standby"))
+        with self._lock:
+            # the leader's plan (an older ktm's leader says none: taken to be ours unless it
+            # left us standing by)
+            self._assigned = data.get("plan", "" if standby else self._plan)
+            self._standby = standby
+            self._led, self._leading = self._leading, False
+            settled = self._judge()
         keys = frozenset((str(t), int(p)) for t, p in data.get("keys", []))
         number = getattr(generation, "generation_id", generation)
-        self._on_assignment(
-            Assignment(int(number), keys, int(data.get("members", 1)), bool(data.get("standby")))
-        )
+        members = int(data.get("members", 1))
+        self._on_assignment(Assignment(int(number), keys, members, standby, settled))
 
 
 def _json(data: bytes | None) -> _UserData:
@@ -188,7 +244,7 @@ class Member:
         cluster: ClusterConfig,
         group: str,
         topics: Sequence[str],
-        keys: Sequence[Key],
+        keys: Sequence[Key] | None,
         session_timeout: float,
         on_revoke: Callable[[], None],
         on_assignment: Callable[[Assignment], None],
@@ -212,6 +268,11 @@ class Member:
         self._consumer.subscribe(topics=list(topics), listener=self._listener)
         self._closed = False
         self._cluster, self._session = cluster, session_timeout
+
+    def plan(self, keys: Sequence[Key]) -> None:
+        """The partitions of a member that joined as PENDING, for the join still out (its
+        leader assigns with them) or the next one. Any thread."""
+        self._assignor.update(keys)
 
     def replan(self, topics: Sequence[str], keys: Sequence[Key]) -> None:
         """Share other partitions: this member rejoins with them, without leaving the group (a
@@ -270,5 +331,11 @@ class Member:
         if not self._closed:
             self._closed = True
             began = time.monotonic()
+            if internals.joining(self._consumer):
+                # A LeaveGroup while the broker holds this member's join (a new group's first
+                # join is held ~3 s) leaves Tansu's group waiting for a leader that is gone, for
+                # good (seen: a process that stopped on a config error right after joining
+                # early). Apache Kafka copes; the join's end is waited for either way.
+                internals.await_join(self._consumer, HELD_JOIN_WAIT)
             self._consumer.close(autocommit=False, timeout_ms=5000)
             log.debug("left the group in %.1fs", time.monotonic() - began)

@@ -235,6 +235,11 @@ class Pipeline(abc.ABC):
         """The partitions found since the plan, with where each starts (taken once)."""
         return None
 
+    def head_start(self) -> None:
+        """Open ahead, while `partitions` asks its questions, clients `resume` will use (on
+        the same thread: relay.clients.kept)."""
+        return None
+
     def close(self) -> None:
         """Release what the pipeline holds; safe twice."""
         return None  # nothing, unless a pipeline says otherwise

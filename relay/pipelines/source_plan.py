@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from relay.clients import admin, consumer_groups, timestamps
-from relay.clients.kept import keep_clients
+from relay.clients.kept import HeadStart, keep_clients
 from relay.clients.settings import describe
 from relay.config import Config, TopicRoute
 from relay.engine.pipeline import Plan
@@ -39,6 +39,17 @@ class SourcePlan:
     def __init__(self, cfg: Config, pool: SourcePool, calls: Calls):
         self.cfg, self.pool, self.calls = cfg, pool, calls
         self.call, self.timeout = calls.call, calls.timeout
+        self._ahead: HeadStart | None = None
+
+    def head_start(self, topics: Iterable[str]) -> None:
+        """Open the active node's offset readers on threads of their own; `resumed` takes
+        them. Once."""
+        if self._ahead is None:
+            self._ahead = HeadStart(admin.offset_readers(self.pool.active, topics, self.timeout))
+
+    def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
 
     def plan(
         self,
@@ -77,6 +88,8 @@ class SourcePlan:
         """Where each of `routes` resumes (from the destination's provenance tail) and stops."""
         target = self.cfg.need_target().cluster
         with keep_clients():
+            if self._ahead is not None:
+                self._ahead.take(self.timeout)  # opened by now, unless the source is slow
             tail = self.call("target", lambda: at_destination(target, routes, self.timeout))
             routes = self.incarnations(tail.later(routes))
             found = {

@@ -191,6 +191,27 @@ def test_missing_source_topic_fails_without_creating_it(source_broker, target_br
     assert src not in topic_names(target_broker.bootstrap)
 
 
+def test_a_process_that_fails_right_after_joining_early_leaves_its_group_usable(
+    source_broker, target_broker, tmp_path
+):
+    """A process joins its (empty) group while it counts the partitions; one that then fails
+    on a config error must not leave the group waiting for it: on Tansu a LeaveGroup while the
+    broker held the join left the group stuck, and the next process never got an assignment."""
+    src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "early", 2, records=20)
+    group = f'metrics_addr = ""\ngroup_id = "{unique_topic("early")}"'
+    brokers = {"source": source_broker.bootstrap, "target": target_broker.bootstrap}
+    broken = write_config(tmp_path / "broken.toml", topics={unique_topic("none"): dst}, app=group,
+                          **brokers)  # fmt: skip
+    config = write_config(tmp_path / "config.toml", topics={src: dst}, app=group, **brokers)
+
+    failed = run_ktm(tmp_path, "--config", str(broken), "--stop-at-end", timeout=60)
+    assert failed.returncode == 1, failed.stderr
+    run = run_ktm(tmp_path, "--config", str(config), "--stop-at-end", timeout=90)
+
+    assert run.returncode == 0, run.stderr
+    assert record_count(target_broker.bootstrap, dst) == 20
+
+
 @pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: a closed port
 def test_unreachable_bootstrap_fails_within_30s_naming_the_address(
     source_broker, target_broker, tmp_path

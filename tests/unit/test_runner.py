@@ -182,6 +182,11 @@ class FakeMembership:
     def wait_assigned(self, stop: threading.Event) -> Assignment:
         return self._assignment
 
+    pending = False
+
+    def plan(self, topics: Sequence[str], keys: list[tuple[str, int]]) -> None:
+        pass
+
     def rejoin(self, topics: Sequence[str], keys: list[tuple[str, int]]) -> None:
         self.rejoined = list(keys)
         self._assignment = Assignment(self._assignment.generation + 1, frozenset(keys), 2)

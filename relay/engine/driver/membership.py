@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from relay.clients import consumer_groups
 from relay.clients.members import Assignment, Member
 from relay.clients.settings import describe
 from relay.config import ClusterConfig
@@ -31,6 +32,7 @@ from relay.errors import ConfigError, KafkaSetupError
 log = logging.getLogger(__name__)
 
 POLL_EVERY = 0.2  # seconds between the membership consumer's polls
+EMPTY_CHECK = 5.0  # seconds to ask whether the group has members, before an early join
 JOIN_TIMEOUT_FACTOR = 4  # the first assignment may take this many session timeouts
 
 
@@ -40,16 +42,24 @@ class Membership:
         target: ClusterConfig,
         group: str,
         topics: Sequence[str],
-        keys: Sequence[tuple[str, int]],
+        keys: Sequence[tuple[str, int]] | None,
         session_timeout: float,
         metrics: Metrics,
     ):
+        """`keys` None: join before the partitions are known (`plan` gives them), if the group
+        is empty; else wait for them (a member that joins a running group as PENDING would
+        cost its members a second rebalance)."""
         self.target, self.group = target, group
         self.session_timeout = session_timeout
         self.lease = session_timeout / 4
         self.metrics = metrics
         self.on_revoke: Callable[[], None] = lambda: None
-        self._topics, self._keys = list(topics), list(keys)
+        self._topics = list(topics)
+        self._keys = None if keys is None else list(keys)
+        self._planned = threading.Event()  # the keys are known
+        if keys is not None:
+            self._planned.set()
+        self._plan_lock = threading.Lock()  # `plan` and the Member's making
         self._assignment: Assignment | None = None
         self._member: Member | None = None
         self._last_poll = time.monotonic()
@@ -142,6 +152,23 @@ class Membership:
         self.leave()
         self._thread.join(timeout=10)
 
+    @property
+    def pending(self) -> bool:
+        """Joined (or joining) before its partitions were known."""
+        return not self._planned.is_set()
+
+    def plan(self, topics: Sequence[str], keys: Sequence[tuple[str, int]]) -> None:
+        """The partitions of a membership made without them: for the join still out, or, if
+        an assignment came first, the next join (relay.clients.members: PENDING)."""
+        with self._plan_lock:
+            self._keys = list(keys)
+            self._planned.set()
+            member, moved = self._member, sorted(topics) != sorted(self._topics)
+        if moved:
+            self.rejoin(topics, keys)  # on the membership's thread: it subscribes again
+        elif member is not None:
+            member.plan(keys)
+
     def rejoin(self, topics: Sequence[str], keys: Sequence[tuple[str, int]]) -> None:
         """Rejoin to share other partitions (found while running): the same member, with the
         new plan, at its next poll. Members agree on the partitions they share: until every
@@ -156,7 +183,11 @@ class Membership:
 
     def _loop(self) -> None:
         try:
-            self._member = Member(
+            if not self._planned.is_set() and not self._empty():
+                while not self._planned.wait(POLL_EVERY):
+                    if self._closing.is_set():
+                        return  # stopped before the partitions were known: never joined
+            member = Member(
                 self.target,
                 self.group,
                 self._topics,
@@ -165,6 +196,10 @@ class Membership:
                 self._revoked,
                 self._assigned,
             )
+            with self._plan_lock:
+                self._member, keys = member, self._keys
+            if keys is not None:
+                member.plan(keys)  # they came while the member was made
             while not self._closing.is_set():
                 replan, self._replan = self._replan, None
                 if replan is not None:
@@ -181,6 +216,14 @@ class Membership:
             with self._changed:
                 self._changed.notify_all()
 
+    def _empty(self) -> bool:
+        """Whether the group has no member now (DescribeGroups); False when it cannot say."""
+        try:
+            return consumer_groups.group_members(self.target, self.group, EMPTY_CHECK) == 0
+        except Exception as exc:  # noqa: BLE001 - then the join waits for the partitions
+            log.debug("group %s: members not described: %s", self.group, exc)
+            return False
+
     def _revoked(self) -> None:
         """Called inside poll() before rejoining: stop writing first, then let the join go on."""
         had = self._assignment
@@ -194,7 +237,17 @@ class Membership:
         self.on_revoke()
 
     def _assigned(self, assignment: Assignment) -> None:
+        if self._closing.is_set():
+            return  # a join that ended while this member leaves (Member.close)
         self._joined_at = time.monotonic()  # the coordinator just confirmed us
+        if not assignment.settled:
+            log.debug(
+                "group %s generation %d: made under another plan (joined before the partitions "
+                "were known); waiting for the next",
+                self.group,
+                assignment.generation,
+            )
+            return
         self._rejoin_deadline = None
         self._assignment = assignment
         self.metrics.assigned_partitions.set(len(assignment.keys))
@@ -210,7 +263,7 @@ class Membership:
             self.group,
             assignment.generation,
             len(assignment.keys),
-            len(self._keys),
+            len(self._keys or ()),
             assignment.members,
             "" if assignment.members == 1 else "s",
         )

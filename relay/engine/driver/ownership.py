@@ -37,18 +37,28 @@ class Ownership:
         self,
         coordinator: ClusterConfig,
         topics: Sequence[str],
-        keys: Sequence[SourcePartition],
+        keys: Sequence[SourcePartition] | None,
         on_revoke: Callable[[], None],
     ) -> Members:
         """Join the group on `coordinator` once (later calls return the membership);
-        `on_revoke` runs on the membership's thread before a rebalance goes on."""
+        `on_revoke` runs on the membership's thread before a rebalance goes on. `keys` None:
+        join before the partitions are known, if the group is empty (a new group's first join
+        is held seconds by the broker: the partition counts come meanwhile); a later call
+        gives them."""
         if self.membership is None:
             membership = Membership(
-                coordinator, self.group, topics, list(keys), self.session_timeout, self.metrics
+                coordinator,
+                self.group,
+                topics,
+                None if keys is None else list(keys),
+                self.session_timeout,
+                self.metrics,
             )
             membership.on_revoke = on_revoke
             membership.start()
             self.membership = membership
+        elif keys is not None and self.membership.pending:
+            self.membership.plan(topics, list(keys))
         return self.membership
 
     def rejoin(self, topics: Sequence[str], keys: Sequence[SourcePartition]) -> None:

@@ -137,8 +137,10 @@ class Runner:
         # after every rebalance or failure, failover checks): its clients stay open until the
         # runner closes, instead of a bootstrap (3-4 round trips) per question.
         self._resources.enter_context(keep_clients())
+        self.pipeline.head_start()
         if start_spark:
             self.backend.launch()  # the JVM starts while the partitions are asked for
+            self._join_early()
         routes = self._partitions()
         if start_spark:
             self._begin(routes)
@@ -166,10 +168,17 @@ class Runner:
         come while running, so the machine's cores (and a slot for each sidecar)."""
         return len(routes) + self.sidecars.slots if not self.cfg.discover.include else ALL_CORES
 
-    def _join(self, routes: list[PartitionRoute]) -> Members:
+    def _join_early(self) -> None:
+        """Join while the partitions are asked for, when the topics are known from the config:
+        the broker holds a new group's first join ~3 s, which then covers the partition counts
+        (a second across a long link) instead of following them."""
+        if not self.cfg.discover.include and self.pipeline.group_topics:
+            self._join(None)
+
+    def _join(self, routes: list[PartitionRoute] | None) -> Members:
         joined = self.ownership.membership is not None
         pipeline = self.pipeline
-        keys = [r.key for r in routes]
+        keys = None if routes is None else [r.key for r in routes]
         membership = self.ownership.join(
             pipeline.coordinator, pipeline.group_topics, keys, self._on_revoke
         )
