@@ -141,7 +141,9 @@ def _workers_find_local_daemon() -> bool:
         return False
     import relay
 
-    path = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path[1:]]
+    # not the zips on this process's path: PySpark adds those a context ships (addPyFile)
+    here = [p for p in sys.path[1:] if not p.endswith(".zip")]
+    path = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *here]
     for finder in sys.meta_path:  # as the import system looks (an editable install's finder)
         find = getattr(finder, "find_spec", None)
         plain = finder is importlib.machinery.PathFinder
