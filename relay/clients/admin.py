@@ -65,9 +65,14 @@ def probe_consumer(
     With `group_id` it can also read committed offsets; it never joins the group.
     """
 
-    make = functools.partial(_make_probe, cluster, timeout, group_id)
-    with kept(("probe", cluster, timeout, group_id), make, _close_probe) as consumer:
+    with kept(*_probe(cluster, timeout, group_id)) as consumer:
         yield consumer
+
+
+def _probe(cluster: ClusterConfig, timeout: float, group_id: str | None) -> Ahead:
+    """How `probe_consumer` keeps its consumer: the key, the making, the closing."""
+    make = functools.partial(_make_probe, cluster, timeout, group_id)
+    return Ahead(("probe", cluster, timeout, group_id), make, _close_probe)
 
 
 def _make_probe(cluster: ClusterConfig, timeout: float, group_id: str | None) -> KafkaConsumer:
@@ -95,18 +100,14 @@ def offset_readers(cluster: ClusterConfig, topics: Iterable[str], timeout: float
     """The clients `offset_bounds(cluster, ...)` reads with (its probe consumer, its end
     fetcher with the leaders of `topics` connected), to open ahead (relay.clients.kept.HeadStart):
     each is a bootstrap of two or three round trips, over a second across a long link."""
-    listing, wanted = _listing(cluster), frozenset(topics)
+    end, wanted = _end_probe(cluster, timeout), frozenset(topics)
 
-    def end_fetcher() -> BatchFetcher:
-        fetcher = _end_fetcher(cluster, timeout)
+    def warmed() -> BatchFetcher:
+        fetcher: BatchFetcher = end.make()
         fetcher.warm(wanted, timeout)
         return fetcher
 
-    probe = functools.partial(_make_probe, listing, timeout, None)
-    return [
-        Ahead(("probe", listing, timeout, None), probe, _close_probe),
-        Ahead(("end-probe", cluster, timeout), end_fetcher, BatchFetcher.close),
-    ]
+    return [_probe(_listing(cluster), timeout, None), end._replace(make=warmed)]
 
 
 class Unsupported(Exception):
@@ -248,10 +249,9 @@ def _fetched_ends(
     floor = {
         key: 0 if cluster.read_committed else listed[TopicPartition(*key)] for key in positions
     }
-    make = functools.partial(_end_fetcher, cluster, timeout)
     deadline = time.monotonic() + timeout
     ends: dict[TP, int] = {}
-    with kept(("end-probe", cluster, timeout), make, BatchFetcher.close) as fetcher:
+    with kept(*_end_probe(cluster, timeout)) as fetcher:
         while positions:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -272,8 +272,12 @@ def _fetched_ends(
     return {TopicPartition(*key): end for key, end in ends.items()}
 
 
-def _end_fetcher(cluster: ClusterConfig, timeout: float) -> BatchFetcher:
-    return BatchFetcher(cluster, timeout, min_bytes=0, partition_max_bytes=END_PROBE_BYTES)
+def _end_probe(cluster: ClusterConfig, timeout: float) -> Ahead:
+    """How `_fetched_ends` keeps its fetcher: the key, the making, the closing."""
+    make = functools.partial(
+        BatchFetcher, cluster, timeout, min_bytes=0, partition_max_bytes=END_PROBE_BYTES
+    )
+    return Ahead(("end-probe", cluster, timeout), make, BatchFetcher.close)
 
 
 END_RETRY_PAUSE = 0.05  # seconds: a leader moving or metadata refreshing, bounded by the timeout

@@ -128,11 +128,8 @@ class HeadStart:
         is still opening (a client the cache holds already, or with no cache: closed)."""
         for thread in self._threads:
             thread.join(timeout)
-        with self._lock:
-            self._over = True
-            made, self._made = self._made, {}
         cache: ClientCache | None = getattr(_local, "cache", None)
-        for key, (client, close) in made.items():
+        for key, (client, close) in self._end().items():
             if cache is not None and key not in cache.clients:
                 cache.clients[key] = (client, close)
             else:
@@ -140,11 +137,15 @@ class HeadStart:
 
     def close(self) -> None:
         """What was opened and not taken, closed."""
+        for _, close in self._end().values():
+            _close_quietly(close)
+
+    def _end(self) -> dict[Hashable, tuple[object, Callable[[], object]]]:
+        """What was opened so far; what opens from now on is closed at once."""
         with self._lock:
             self._over = True
             made, self._made = self._made, {}
-        for _, close in made.values():
-            _close_quietly(close)
+        return made
 
 
 def _close_quietly(close: Callable[[], object]) -> None:
