@@ -529,3 +529,30 @@ def test_on_loss_stop_halts_the_partition_before_anything_past_the_loss_is_writt
     assert written == [0, 1, 2, 3, 4]
     parts = {p.key: p for p in run.result(None, 0.0).partitions}
     assert parts[("t", 0)].next_offset == 5
+
+
+class PausingReader(FakeReader):
+    """Counts the polls made once every partition was paused at its stop (each would wait
+    out its timeout on a real reader)."""
+
+    def __init__(self, records: dict[tuple[str, int], list[Rec]]):
+        super().__init__(records)
+        self.paused: set[tuple[str, int]] = set()
+        self.idle_polls = 0
+
+    def pause(self, key: tuple[str, int]) -> None:
+        self.paused.add(key)
+
+    def poll(self, timeout: float) -> dict[tuple[str, int], list[Rec]]:
+        if self.paused == set(self.queues):
+            self.idle_polls += 1
+        return super().poll(timeout)
+
+
+def test_a_task_whose_partitions_all_reached_their_stops_polls_no_more() -> None:
+    reader = PausingReader(records(10))
+    _, error, _ = kafka_run(task((10, 7)), reader, FakeProducer(), FakeChannel())
+    assert error is None
+    assert reader.paused == {("t", 0), ("t", 1)}
+    assert reader.idle_polls == 0  # before: polls until the next sweep, 0.25 s later
+    assert reader.committed == {("t", 0): 10, ("t", 1): 7}
