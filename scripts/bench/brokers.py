@@ -49,6 +49,9 @@ class Cluster(BrokerPair[TansuBroker]):
         copy to copy even with the copies' topics deleted (see measure_scale)."""
         self.target.restart()
 
+    def fresh_source(self) -> None:
+        self.source.restart()
+
 
 class KafkaPair(BrokerPair[KafkaCluster]):
     """One single-node Apache Kafka cluster as the source, another as the destination, with
@@ -85,6 +88,12 @@ class KafkaPair(BrokerPair[KafkaCluster]):
         scale section then starts from the same broker state (its JIT cold, for each alike)."""
         self.target.restart(empty=True)
         warm(self.target.bootstrap)
+
+    def fresh_source(self) -> None:
+        """An empty source cluster: a repeat of 10,000 partitions next to the previous one's
+        topics, still being deleted, ran the broker out of file descriptors (20,000 here)."""
+        self.source.restart(empty=True)
+        warm(self.source.bootstrap)
 
 
 def bench_kafka(name: str, log_dir: Path, size: int = 1) -> KafkaCluster:

@@ -169,6 +169,13 @@ def fresh_target(bench: Bench) -> None:
         bench.cluster.fresh_target()
 
 
+def fresh_source(bench: Bench) -> None:
+    """An empty source broker for each case and repeat (the loopback pairs only): every one
+    starts from the same broker state, and Apache Kafka's open files stay within the limit."""
+    if isinstance(bench.cluster, Cluster | KafkaPair):
+        bench.cluster.fresh_source()
+
+
 def copy_many(
     bench: Bench, kind: str, source: Topics, opts: Options, discover: bool = False
 ) -> tuple[Finished | None, dict[str, Any], str]:
@@ -226,6 +233,7 @@ def scale(bench: Bench, opts: Options) -> Table:
     )
     for topics, records in opts.scale_cases:
         print(f"\n[scale] {topics} topics x {PARTITIONS} partitions, {records:,} records")
+        fresh_source(bench)
         with many_topics(bench.cluster.src, "scale-src", topics) as names:
             began = time.monotonic()
             produce_spread(bench.cluster.src, names, records, opts.size)

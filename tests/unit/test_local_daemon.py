@@ -78,3 +78,12 @@ def test_a_relay_package_in_the_working_directory_keeps_sparks_daemon(
 def test_workers_of_another_interpreter_keep_sparks_daemon(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PYSPARK_PYTHON", os.path.join(os.sep, "opt", "other", "python3"))
     assert not jvm._workers_find_local_daemon()
+
+
+def test_the_daemon_preloads_the_task_code_and_leaves_what_fails_to_the_workers():
+    from relay.engine.local_daemon import PRELOAD, preload
+
+    assert preload() == list(PRELOAD)
+    assert preload(("relay.engine.executor.task", "relay.no_such_module")) == [
+        "relay.engine.executor.task"
+    ]
