@@ -117,7 +117,7 @@ class Spark:
         """Task slots: the configured number, else local[K]'s K, else what the cluster has."""
         if self._configured_slots:
             return self._configured_slots
-        match = _LOCAL.fullmatch(self.master.replace(" ", ""))
+        match = self._local_match()
         if match:
             given = match.group(1)
             return os.cpu_count() or 1 if given == "*" else int(given or 1)
@@ -147,7 +147,12 @@ class Spark:
 
     @property
     def local(self) -> bool:
-        return bool(_LOCAL.fullmatch(self.master.replace(" ", "")))
+        """One JVM whose slots the master names (local, local[K], local[*]); not
+        local-cluster, whose executors register like a cluster's."""
+        return self._local_match() is not None
+
+    def _local_match(self) -> re.Match[str] | None:
+        return _LOCAL.fullmatch(self.master.replace(" ", ""))
 
     def warm(self, spec: TaskSpec, sides: MakeSides) -> RoundJob:
         """Each slot's worker opens the clients the first round's tasks will use (`Sides.warm`),
