@@ -5,6 +5,12 @@ from __future__ import annotations
 import logging
 from typing import TypeVar
 
+from kafka.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+)
+
 from relay import internals
 from relay.config import ClusterConfig
 
@@ -23,6 +29,9 @@ _SECURITY_PROTOCOL.update({(True, False): "SASL_PLAINTEXT", (True, True): "SASL_
 # For KafkaConsumer and KafkaProducer (the admin client takes no such key): kafka-python's own
 # metrics, which ktm never reads, cost a sensor update per batch, request and response.
 NO_CLIENT_METRICS: ClientSettings = {"metrics_enabled": False}
+
+
+_NOT_READY = (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError)
 
 
 def client_settings(cluster: ClusterConfig, request_timeout: float = 10.0) -> ClientSettings:
@@ -74,3 +83,9 @@ def is_retriable(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return True
     return getattr(exc, "retriable", False) is True
+
+
+def not_ready(exc: BaseException) -> bool:
+    """The cluster answered that its group coordinator is loading or moving (a broker just
+    started or restarted): seconds of "not now", not a sign of a wrong address."""
+    return isinstance(exc, _NOT_READY)

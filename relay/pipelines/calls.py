@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from relay.clients.settings import describe, is_retriable
+from relay.clients.settings import describe, is_retriable, not_ready
 from relay.config import Config
 from relay.engine.driver.retry import policy_for, retrying
 from relay.engine.metrics import Metrics
@@ -42,17 +42,27 @@ class Calls:
     def call(self, side: str, fn: Callable[[], T], where: str | None = None) -> T:
         """`fn` with start-up retries on retriable errors; one clear error at the end."""
         policy = policy_for(self.cfg, side).bounded()
+        patient = policy.patient(self.timeout)
         if where is None and side == "source" and self.source is not None:
             where = "source " + self.source()
         elif where is None:
             where = describe(self.cfg.need_target().cluster)
         try:
-            for attempt in retrying(lambda _: policy, is_retriable, self.stop, self.metrics):
+            turns = retrying(
+                lambda exc: patient if exc is not None and not_ready(exc) else policy,
+                is_retriable,
+                self.stop,
+                self.metrics,
+            )
+            for attempt in turns:
                 with attempt:
                     return fn()
         except KtmError:
             raise
         except Exception as exc:
+            if not_ready(exc):
+                tries = patient.max_retries + 1
+                raise KafkaSetupError(f"{where}: not ready after {tries} attempts: {exc}") from exc
             if is_retriable(exc):
                 tries = policy.max_retries + 1
                 raise KafkaSetupError(

@@ -77,3 +77,39 @@ def test_a_member_standing_by_for_a_plan_it_changed_since_it_joined_joins_again(
     assert not assignor.stale  # standing by for the leader's plan to change, not ours
     assignor.on_assignment(standby(False), 5)
     assert not assignor.stale
+
+
+class Refusing:
+    """A member whose coordinator is restarting: its polls fail `times` times, then pass."""
+
+    def __init__(self, times: int, error: Exception):
+        self.left, self.error, self.polls = times, error, 0
+
+    def poll(self, timeout: float) -> None:
+        self.polls += 1
+        if self.left:
+            self.left -= 1
+            raise self.error
+
+
+def test_a_coordinator_that_refuses_connections_for_a_while_is_polled_again(caplog):
+    """Seen in CI (3-node Kafka, the busiest node restarted): one ECONNREFUSED out of the
+    membership consumer's poll ended the relay."""
+    from kafka.errors import KafkaConnectionError
+
+    membership = Membership(ClusterConfig("target", ("t:1",)), "ktm.relay", ["d"], [("t", 0)],
+                            6.0, Metrics())  # fmt: skip
+    member = Refusing(3, KafkaConnectionError("111 ECONNREFUSED"))
+    with caplog.at_level(logging.INFO, logger="relay.engine.driver.membership"):
+        for _ in range(4):
+            membership._poll(member)
+    assert member.polls == 4 and membership._troubled_since is None
+    said = [record.getMessage() for record in caplog.records]
+    assert said == ["group ktm.relay: KafkaConnectionError: 111 ECONNREFUSED; polling again",
+                    "group ktm.relay: the coordinator answers again"]  # fmt: skip
+    membership._troubled_since = time.monotonic() - 35  # past the join limit (4 x 6 + 10 s)
+    with pytest.raises(KafkaConnectionError):
+        membership._poll(Refusing(1, KafkaConnectionError("111 ECONNREFUSED")))
+    with pytest.raises(ValueError):  # not retriable: at once
+        Membership(ClusterConfig("target", ("t:1",)), "g", ["d"], [("t", 0)], 6.0,
+                   Metrics())._poll(Refusing(1, ValueError("bad")))  # fmt: skip

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from relay.clients import consumer_groups
 from relay.clients.members import Assignment, Member
-from relay.clients.settings import describe
+from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig
 from relay.engine.metrics import Metrics
 from relay.errors import ConfigError, KafkaSetupError
@@ -68,6 +68,7 @@ class Membership:
         self._rejoin_deadline: float | None = None  # a rejoin must end in an assignment by then
         self._replan: tuple[list[str], list[tuple[str, int]]] | None = None
         self._error: BaseException | None = None
+        self._troubled_since: float | None = None  # polls fail (retriably) since
         self.rebalances = 0
         self._changed = threading.Condition()
         self._closing = threading.Event()
@@ -203,9 +204,8 @@ class Membership:
             while not self._closing.is_set():
                 replan, self._replan = self._replan, None
                 if replan is not None:
-                    self._member.replan(*replan)
-                self._member.poll(POLL_EVERY)
-                self._last_poll = time.monotonic()
+                    member.replan(*replan)
+                self._poll(member)
         except Exception as exc:
             log.debug("membership loop failed", exc_info=True)
             self._error = exc
@@ -215,6 +215,29 @@ class Membership:
                 self._member.close()
             with self._changed:
                 self._changed.notify_all()
+
+    def _poll(self, member: Member) -> None:
+        """One poll. A retriable error (the coordinator restarting: a refused connection, a
+        failed metadata refresh that kafka-python passes up) is not the end: the next poll
+        asks again. Leases are not renewed meanwhile (no heartbeat answered, `may_write`);
+        trouble that outlasts a join's time limit is."""
+        try:
+            member.poll(POLL_EVERY)
+        except Exception as exc:
+            if isinstance(exc, ConfigError) or not is_retriable(exc):
+                raise
+            now = time.monotonic()
+            if self._troubled_since is None:
+                self._troubled_since = now
+                log.warning("group %s: %s; polling again", self.group, exc)
+            elif now - self._troubled_since > self._join_limit():
+                raise
+            self._closing.wait(POLL_EVERY)
+        else:
+            if self._troubled_since is not None:
+                log.info("group %s: the coordinator answers again", self.group)
+            self._troubled_since = None
+        self._last_poll = time.monotonic()
 
     def _empty(self) -> bool:
         """Whether the group has no member now (DescribeGroups); False when it cannot say."""

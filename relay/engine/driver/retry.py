@@ -20,6 +20,7 @@ from relay.errors import RelayError
 log = logging.getLogger(__name__)
 
 STARTUP_ATTEMPTS_WHEN_FOREVER = 5  # "-1 = forever" applies once the relay has started
+NOT_READY_WAIT = 1.0  # seconds: the longest wait between asks of a coordinator that is loading
 
 
 class RetriableRoundError(RelayError):
@@ -44,6 +45,19 @@ class RetryPolicy:
         if self.max_retries >= 0:
             return self
         return RetryPolicy(STARTUP_ATTEMPTS_WHEN_FOREVER, self.backoff_min, self.backoff_max)
+
+    def patient(self, budget: float) -> RetryPolicy:
+        """For a cluster that answered "not now" (relay.clients.settings.not_ready): waits of
+        at most NOT_READY_WAIT over at least `budget` seconds, however few retries the policy
+        for a silent cluster allows (a test's 1 retry of 0.1 s gave up on a coordinator that
+        was still loading after a broker's start)."""
+        low = min(self.backoff_min, NOT_READY_WAIT)
+        step = RetryPolicy(0, low, NOT_READY_WAIT)
+        tries, waited = 0, 0.0
+        while waited < budget:
+            tries += 1
+            waited += step.wait(tries)
+        return RetryPolicy(max(self.max_retries, tries), low, NOT_READY_WAIT)
 
 
 def policy_for(cfg: Config, side: str) -> RetryPolicy:
