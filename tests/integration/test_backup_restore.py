@@ -34,7 +34,10 @@ from tests.support.relay import (
     write_config,
 )
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.brokers("tansu", "kafka", "kafka39")]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.brokers("tansu", "kafka")]
+# The store's own behaviour (formats, S3, compaction, follow) is the broker's business nowhere:
+# Kafka 3.9 runs the copy both ways, the translated group offsets and the relay after a restore.
+ON_3_9 = pytest.mark.brokers("tansu", "kafka", "kafka39")
 
 T0 = 1_700_000_000_000
 
@@ -104,6 +107,7 @@ def conf(source_broker, target_broker, topics, tmp_path):
 # --- round trips --------------------------------------------------------------------------------
 
 
+@ON_3_9
 def test_backup_then_restore_is_an_exact_copy(source_broker, target_broker, topics, conf, spark):
     src, dst = topics
     produce(source_broker.bootstrap, src, records(600, 3))
@@ -202,6 +206,7 @@ def test_s3_store_backup_compaction_and_restore(
 # --- continuity with the relay, consumer groups -------------------------------------------------
 
 
+@ON_3_9
 def test_relay_after_restore_continues_without_gap_or_duplicate(
     source_broker, target_broker, topics, conf, spark
 ):
@@ -221,6 +226,7 @@ def test_relay_after_restore_continues_without_gap_or_duplicate(
     assert_verified(verify_once(conf, spark), 450)  # restored and relayed: one exact copy
 
 
+@ON_3_9
 def test_consumer_group_offsets_are_translated_to_the_restored_records(
     source_broker, target_broker, topics, tmp_path, spark
 ):

@@ -35,6 +35,7 @@ def stored_records(store: Path) -> int:
 TOTAL = 20_000  # records of the kill -9 test: 4,000 at first, the rest fed while it runs
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 @pytest.mark.skipif(brokers_are_external(), reason=NO_KILL_REASON)
 def test_kill_9_mid_backup_and_mid_restore_then_restart_gives_every_record_once(
     source_broker, target_broker, tmp_path

@@ -93,6 +93,7 @@ def cluster(broker_factory, tmp_path):
     return node1, node2, target, topic, dest
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_kill_9_of_the_active_node_mid_stream_loses_and_repeats_nothing(cluster, tmp_path, spark):
     node1, node2, target, topic, dest = cluster
     feed([node1, node2], topic, records(0, 2000))
@@ -205,6 +206,7 @@ def test_a_dead_node_that_comes_back_empty_is_never_used(cluster, tmp_path):
 PROBED_SECONDS = 10.0  # 20 health checks at the tests' 500 ms interval, readers reconnected
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_a_node_restarted_empty_and_probed_by_a_running_relay_gets_no_topic(cluster, tmp_path):
     """ktm's health checks, offset reads and its executors' cached readers (which reconnect)
     never create a topic on a source (issue 18.5): the node stays empty."""
@@ -266,6 +268,7 @@ def test_continuity_mismatch_stops_without_skipping(cluster, tmp_path):
     assert len(copied) == 200 and _per_partition_exact(copied, 200 // PARTITIONS)
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_stop_at_end_in_failover_mode_survives_the_active_node_dying(cluster, tmp_path):
     node1, node2, target, topic, dest = cluster
     feed([node1, node2], topic, records(0, 30_000))
@@ -278,6 +281,7 @@ def test_stop_at_end_in_failover_mode_survives_the_active_node_dying(cluster, tm
     assert_exact_copy(read_all(node2.bootstrap, topic), _all(target.bootstrap, dest), topic)
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: nodes that are gone
 def test_all_nodes_down_exits_1_naming_the_nodes(cluster, tmp_path):
     node1, node2, target, topic, dest = cluster
     feed([node1, node2], topic, records(0, 500))

@@ -491,6 +491,7 @@ def failing_setup(source_broker, target_broker, tmp_path, on_error: str | None):
     return src, dst, group, conf
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 @pytest.mark.timeout(200)  # a whole `ktm` run, Spark start-up included
 def test_filter_error_stops_the_relay_at_that_record(source_broker, target_broker, tmp_path):
     src, dst, group, conf = failing_setup(source_broker, target_broker, tmp_path, None)
@@ -533,6 +534,7 @@ def test_filter_error_with_on_error_skip_drops_and_counts_the_record(
 # --- 6. where filters are loaded ------------------------------------------------------------------
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: Spark's workers
 def test_filter_is_loaded_once_per_worker_process_never_per_round(
     source_broker, target_broker, spark, tmp_path
 ):

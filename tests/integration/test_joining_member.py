@@ -36,6 +36,7 @@ JOIN_ATTEMPTS = 10
 JOIN_TIMEOUT = 240.0  # seconds: generous, only there to end a hang
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_start_up_while_a_member_relays_and_commits_never_sees_a_recreated_topic(
     source_broker, target_broker, tmp_path
 ):

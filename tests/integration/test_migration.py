@@ -63,6 +63,7 @@ def discover_config(path: Path, source: str, target: str, discover: str, name: s
     )
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_a_pattern_relays_topics_created_while_running_and_leaves_the_others_alone(
     broker_factory, spark, tmp_path
 ):
@@ -193,6 +194,7 @@ def test_configs_are_copied_and_a_source_that_grows_grows_its_destination(
         admin.close()
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 @pytest.mark.skipif(brokers_are_external(), reason="each run needs clusters of its own")
 def test_two_processes_on_one_pattern_config_take_a_new_topic_once(broker_factory, tmp_path):
     """Two `ktm relay` processes: each finds the new topic and rejoins the group with it (until

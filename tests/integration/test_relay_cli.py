@@ -66,6 +66,7 @@ def restart_record(i: int) -> Record:
     return Record(key=b"k%06d" % i, value=b"%06d" % i + b"v" * 94, partition=i % RESTART_PARTITIONS)
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 @pytest.mark.timeout(420)  # two Spark start-ups and 48k records, on a busy 2-core box
 def test_restart_after_sigkill_relays_every_record_exactly_once(
     source_broker, target_broker, tmp_path
@@ -118,6 +119,7 @@ def test_restart_after_sigkill_relays_every_record_exactly_once(
     assert f"{parts} exact, 0 differ" in verified.stdout
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 @pytest.mark.timeout(240)
 def test_records_held_unsent_when_the_driver_dies_are_relayed_by_the_next_run(
     source_broker, target_broker, tmp_path
@@ -270,6 +272,7 @@ def test_unknown_config_key_exits_2_naming_the_key(source_broker, target_broker,
         pytest.param("SIGTERM-group", id="sigterm-to-group"),  # systemd: every process, JVM too
     ],
 )
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_signal_stops_cleanly_and_metrics_count_what_was_relayed(
     source_broker, target_broker, tmp_path, stop_signal
 ):
@@ -354,6 +357,7 @@ def test_metrics_follow_the_destination_within_two_seconds(source_broker, target
         assert relay.wait(timeout=15).returncode == 0
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: its logs
 def test_debug_names_the_spark_log_which_holds_what_the_terminal_does_not(
     source_broker, target_broker, tmp_path
 ):

@@ -39,6 +39,7 @@ def waiting(port: int) -> dict[str, str]:
     return dict((healthz(port) or {}).get("waiting") or {})
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_backup_and_restore_follow_started_together_on_an_empty_store(
     source_broker, target_broker, tmp_path
 ):
@@ -91,6 +92,7 @@ def test_backup_and_restore_follow_started_together_on_an_empty_store(
     assert_same(read_all(source_broker.bootstrap, src), read_all(target_broker.bootstrap, dst))
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_restore_follow_into_an_existing_topic_waits_per_partition(
     source_broker, target_broker, tmp_path
 ):

@@ -107,6 +107,7 @@ def settle(setup: Setup, feeder: Feeder, first: Ktm) -> None:
     time.sleep(1.0)  # anything duplicated late would show now
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_two_processes_share_the_partitions_and_a_third_joining_changes_nothing(setup, tmp_path):
     feeder = Feeder(setup.source.bootstrap, setup.topic, PARTITIONS)
     (a, port_a), (_, port_b) = setup.start(), setup.start()
@@ -153,6 +154,7 @@ def test_kill_9_of_one_process_hands_its_partitions_to_the_other(setup, tmp_path
     setup.check_exactly_once()
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_stop_at_end_started_while_a_killed_process_lingers_relays_everything(setup):
     """A process killed with -9 stays a member until its session expires. A `--stop-at-end`
     process started meanwhile must not settle for a share: it owns every partition once the
@@ -174,6 +176,7 @@ def test_stop_at_end_started_while_a_killed_process_lingers_relays_everything(se
     setup.check_exactly_once()
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_a_frozen_process_stops_writing_before_its_partitions_move(setup, tmp_path):
     """SIGSTOP freezes one ktm (its driver: heartbeats and lease renewals stop; its Spark
     tasks run on until their lease runs out). The other takes everything over, then the frozen
