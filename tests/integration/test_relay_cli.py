@@ -331,6 +331,7 @@ def test_signal_stops_cleanly_and_metrics_count_what_was_relayed(
     assert all(relayed_offsets(rs) == {(src, p): list(range(held[p]))} for p, rs in copied.items())
 
 
+@pytest.mark.brokers("tansu")  # ktm's own behaviour, the same on any broker: its metrics
 def test_metrics_follow_the_destination_within_two_seconds(source_broker, target_broker, tmp_path):
     """Tasks report while they run: /metrics does not wait for a round (or a job) to end."""
     src, dst = topic_pair(source_broker.bootstrap, target_broker.bootstrap, "live", 4)

@@ -21,13 +21,7 @@ from kafka.errors import KafkaError
 
 from testbed.kafka import VERSIONS, KafkaCluster
 
-POOL_SETTINGS = {
-    "group.min.session.timeout.ms": "1000",
-    # Stock 3 s holds the first join of an empty group, so every relay on a pool node started
-    # 3 s late (a run of 1 s took 4). Kafka's own config/server.properties sets 0 "for
-    # development and testing"; the three-broker clusters keep the stock 3 s.
-    "group.initial.rebalance.delay.ms": "0",
-}
+POOL_SETTINGS = {"group.min.session.timeout.ms": "1000"}
 
 KINDS = {"kafka": VERSIONS["4"], "kafka39": VERSIONS["3.9"]}
 
