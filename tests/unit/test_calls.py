@@ -10,6 +10,7 @@ import pytest
 from kafka.errors import CoordinatorLoadInProgressError, KafkaConnectionError
 
 from relay.config import AppConfig, ClusterConfig, Config, SourcePoolConfig, SparkConfig, TopicRoute
+from relay.engine.driver.retry import RetryPolicy
 from relay.engine.metrics import Metrics
 from relay.errors import KafkaSetupError
 from relay.pipelines.calls import Calls
@@ -51,3 +52,10 @@ def test_a_cluster_that_never_answers_is_given_up_after_the_configured_tries() -
     with pytest.raises(KafkaSetupError, match=r"^source src \(127.0.0.1:2\): unreachable after 2 "
                        r"attempts: .*ECONNREFUSED"):  # fmt: skip
         calls().call("source", answers(*refused, "never"))
+
+
+def test_a_policy_without_backoff_still_waits_for_a_loading_coordinator() -> None:
+    """backoff_min = 0 is allowed; the patient policy must still end and still wait."""
+    patient = RetryPolicy(1, 0.0, 0.0).patient(10.0)
+    waits = [patient.wait(attempt) for attempt in range(1, patient.max_retries + 1)]
+    assert 10.0 <= sum(waits) <= 11.0 and max(waits) == 1.0 and min(waits) == 0.1

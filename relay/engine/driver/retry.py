@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 STARTUP_ATTEMPTS_WHEN_FOREVER = 5  # "-1 = forever" applies once the relay has started
 NOT_READY_WAIT = 1.0  # seconds: the longest wait between asks of a coordinator that is loading
+NOT_READY_FIRST = 0.1  # ... and the shortest
 
 
 class RetriableRoundError(RelayError):
@@ -51,7 +52,9 @@ class RetryPolicy:
         at most NOT_READY_WAIT over at least `budget` seconds, however few retries the policy
         for a silent cluster allows (a test's 1 retry of 0.1 s gave up on a coordinator that
         was still loading after a broker's start)."""
-        low = min(self.backoff_min, NOT_READY_WAIT)
+        # a floor: backoff_min may be 0, and asking a loading coordinator 10 times a second
+        # is already more than it needs
+        low = min(max(self.backoff_min, NOT_READY_FIRST), NOT_READY_WAIT)
         step = RetryPolicy(0, low, NOT_READY_WAIT)
         tries, waited = 0, 0.0
         while waited < budget:
