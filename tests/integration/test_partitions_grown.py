@@ -273,7 +273,7 @@ def test_failover_nodes_relay_a_new_partition_once_every_node_has_it(
         grow(node2.bootstrap, {topic: 4})
         produce(node2.bootstrap, topic, numbered(20, 40, 4, "b"))
         want = once_each(topic, [20, 20, 10, 10])
-        wait_for(lambda: copies(dst, dest) == want, 60, "the new partitions", relay)  # under load: a rejoin
+        wait_for(lambda: copies(dst, dest) == want, 60, "the new partitions", relay)
         node1.kill()
         produce(node2.bootstrap, topic, numbered(60, 40, 4, "c"))
         want = once_each(topic, [30, 30, 20, 20])
