@@ -31,9 +31,6 @@ _SECURITY_PROTOCOL.update({(True, False): "SASL_PLAINTEXT", (True, True): "SASL_
 NO_CLIENT_METRICS: ClientSettings = {"metrics_enabled": False}
 
 
-_NOT_READY = (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError)
-
-
 def client_settings(cluster: ClusterConfig, request_timeout: float = 10.0) -> ClientSettings:
     """Map a cluster's auth/TLS keys onto kafka-python client settings."""
     settings: ClientSettings = {
@@ -83,6 +80,9 @@ def is_retriable(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return True
     return getattr(exc, "retriable", False) is True
+
+
+_NOT_READY = (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError)
 
 
 def not_ready(exc: BaseException) -> bool:

@@ -224,7 +224,7 @@ class Membership:
         try:
             member.poll(POLL_EVERY)
         except Exception as exc:
-            if isinstance(exc, ConfigError) or not is_retriable(exc):
+            if not is_retriable(exc):  # a ConfigError among them
                 raise
             now = time.monotonic()
             if self._troubled_since is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
@@ -55,12 +55,12 @@ class RetryPolicy:
         # a floor: backoff_min may be 0, and asking a loading coordinator 10 times a second
         # is already more than it needs
         low = min(max(self.backoff_min, NOT_READY_FIRST), NOT_READY_WAIT)
-        step = RetryPolicy(0, low, NOT_READY_WAIT)
+        patient = RetryPolicy(0, low, NOT_READY_WAIT)
         tries, waited = 0, 0.0
         while waited < budget:
             tries += 1
-            waited += step.wait(tries)
-        return RetryPolicy(max(self.max_retries, tries), low, NOT_READY_WAIT)
+            waited += patient.wait(tries)
+        return replace(patient, max_retries=max(self.max_retries, tries))
 
 
 def policy_for(cfg: Config, side: str) -> RetryPolicy:
