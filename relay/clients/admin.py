@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
@@ -28,6 +28,7 @@ from kafka.errors import (
 from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.kept import Ahead, kept
 from relay.clients.login import check_login, login_problem
+from relay.clients.seed import Seed, seed_of
 from relay.clients.settings import (  # noqa: F401
     NO_CLIENT_METRICS,
     client_settings,
@@ -96,15 +97,24 @@ def _close_probe(consumer: KafkaConsumer) -> None:
     consumer.close(autocommit=False)
 
 
-def offset_readers(cluster: ClusterConfig, topics: Iterable[str], timeout: float) -> list[Ahead]:
+def offset_readers(
+    cluster: ClusterConfig,
+    topics: Iterable[str],
+    timeout: float,
+    on_seed: Callable[[Seed], None] | None = None,
+) -> list[Ahead]:
     """The clients `offset_bounds(cluster, ...)` reads with (its probe consumer, its end
     fetcher with the leaders of `topics` connected), to open ahead (relay.clients.kept.HeadStart):
-    each is a bootstrap of two or three round trips, over a second across a long link."""
+    each is a bootstrap of two or three round trips, over a second across a long link. Once the
+    fetcher knows the topics, `on_seed` is given its metadata (relay.clients.seed)."""
     end, wanted = _end_probe(cluster, timeout), frozenset(topics)
 
     def warmed() -> BatchFetcher:
         fetcher: BatchFetcher = end.make()
         fetcher.warm(wanted, timeout)
+        seed = fetcher.seed(wanted) if on_seed is not None else None
+        if seed is not None and on_seed is not None:
+            on_seed(seed)
         return fetcher
 
     return [_probe(_listing(cluster), timeout, None), end._replace(make=warmed)]
@@ -166,6 +176,16 @@ def offset_bounds(
         begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
         end = real_end_offsets(cluster, consumer, parts, begin, timeout)
     return {tuple(tp): v for tp, v in begin.items()}, {tuple(tp): v for tp, v in end.items()}
+
+
+def metadata_seed(cluster: ClusterConfig, topics: Iterable[str], timeout: float) -> Seed | None:
+    """What the probe that read `cluster`'s offset bounds knows of `topics`, for the workers
+    (relay.clients.seed): no round trip inside the `keep_clients` block that read them."""
+    wanted = set(topics)
+    with probe_consumer(_listing(cluster), timeout) as consumer:
+        for topic in wanted:
+            consumer.partitions_for_topic(topic)  # known by then: asked only if it was not
+        return seed_of(consumer, cluster.servers, wanted)
 
 
 def require_topics(consumer: KafkaConsumer, cluster: ClusterConfig, tps: Iterable[TP]) -> None:

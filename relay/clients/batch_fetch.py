@@ -59,6 +59,7 @@ from kafka.protocol.consumer import FetchResponse
 
 from relay.clients.fetch_protocol import TP, Fetched, FetchTerms
 from relay.clients.fetch_session import FetchSession, NextFetch, Wanted
+from relay.clients.seed import Seed, seed_of, seeded
 from relay.clients.settings import client_settings, never_create_topics
 from relay.config import ClusterConfig
 
@@ -106,6 +107,7 @@ class BatchFetcher:
         sessions: bool = False,
         lanes: int = 1,
         idle_wait: float = 0.0,
+        seed: Seed | None = None,  # the driver's metadata of the cluster (relay.clients.seed)
         # unit tests pass a stand-in for kafka-python's network client
         client: KafkaNetClient | None = None,
     ):
@@ -115,7 +117,9 @@ class BatchFetcher:
             settings["receive_message_max_bytes"] = max_bytes + _FRAME_MARGIN
             # A fetch names its topics in metadata requests: they must not create them.
             client = never_create_topics(KafkaNetClient(**settings))
+            seeded(client, seed, cluster.servers)
         self._client = client
+        self._servers = cluster.servers
         self._terms = FetchTerms(cluster.read_committed, int(max_wait * 1000), min_bytes, max_bytes)
         self._idle_terms = (
             replace(self._terms, max_wait_ms=int(idle_wait * 1000), min_bytes=1)
@@ -282,6 +286,11 @@ class BatchFetcher:
             if left <= 0:
                 return
             self._client.await_ready(node, timeout_ms=max(1, int(left * 1000)))
+
+    def seed(self, topics: Iterable[str]) -> Seed | None:
+        """What this fetcher knows of `topics`, for other clients of its cluster (the workers':
+        relay.clients.seed); None if it does not know them all."""
+        return seed_of(self._client, self._servers, topics)
 
     # ---- the wire -------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from relay import internals
 from relay.batches import SourceBatch, drop_aborted, split_batches
 from relay.clients.batch_fetch import Answer, BatchFetcher
 from relay.clients.consumer import TP, SourceReader
+from relay.clients.seed import Seed
 from relay.config import ClusterConfig, FetchConfig
 from relay.losses import diverged, out_of_range
 from relay.spec import FetchTrouble
@@ -55,19 +56,21 @@ class BatchReader(SourceReader):
         group_id: str,
         fetch: FetchConfig | None = None,
         warm: frozenset[str] = frozenset(),
+        seed: Seed | None = None,
     ):
         """`warm`: topics whose metadata and leader connections the fetcher readies (`warm`)
         while the consumer bootstraps: side by side, not one after the other (each costs two
-        round trips or more, half a second across a 240 ms link)."""
+        round trips or more, half a second across a 240 ms link). `seed`: the driver's
+        metadata of the cluster, which spares both their bootstrap (relay.clients.seed)."""
         fetch = fetch or FetchConfig()
-        self._fetcher = _fetcher(cluster, fetch)  # no round trip until its first request
+        self._fetcher = _fetcher(cluster, fetch, seed)  # no round trip until its first request
         warming = threading.Thread(
             target=self._fetcher.warm, args=(warm, fetch.timeout), name="ktm-warm", daemon=True
         )
         if warm:
             warming.start()
         try:
-            super().__init__(cluster, group_id, fetch.timeout)
+            super().__init__(cluster, group_id, fetch.timeout, seed)
         except BaseException:
             if warm:
                 warming.join()
@@ -218,7 +221,7 @@ class BatchReader(SourceReader):
         super().close()
 
 
-def _fetcher(cluster: ClusterConfig, fetch: FetchConfig) -> BatchFetcher:
+def _fetcher(cluster: ClusterConfig, fetch: FetchConfig, seed: Seed | None) -> BatchFetcher:
     """The reader's fetcher, as `fetch` configures it."""
     # A fetch waits until min_bytes are there or max_wait is over: at low rates a few fetches a
     # second carry many records each (a fetch, rebuild and produce costs about the same for one
@@ -233,4 +236,5 @@ def _fetcher(cluster: ClusterConfig, fetch: FetchConfig) -> BatchFetcher:
         sessions=True,
         lanes=fetch.in_flight,
         idle_wait=fetch.idle_wait,
+        seed=seed,
     )

@@ -8,14 +8,18 @@ the destination acknowledged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka import errors as kafka_errors
 from kafka.consumer.fetcher import ConsumerRecord
+from kafka.net.compat import KafkaNetClient
 from kafka.structs import OffsetAndMetadata
 
 from relay import internals
+from relay.clients.seed import Seed, seeded
 from relay.clients.settings import NO_CLIENT_METRICS, client_settings, never_create_topics
 from relay.config import ClusterConfig
 from relay.losses import Loss, diverged, out_of_range
@@ -27,10 +31,19 @@ COMMIT_TIMEOUT_MS = 1000  # a dead source node must not hold a task's stop hosta
 
 
 class SourceReader:
-    def __init__(self, cluster: ClusterConfig, group_id: str, request_timeout: float = 10.0):
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        group_id: str,
+        request_timeout: float = 10.0,
+        seed: Seed | None = None,
+    ):
+        """`seed`: the driver's metadata of the cluster: with it the consumer skips its
+        bootstrap (relay.clients.seed)."""
         self._consumer = KafkaConsumer(
             **client_settings(cluster, request_timeout),
             **NO_CLIENT_METRICS,
+            kafka_client=functools.partial(_seeded_client, seed, cluster.servers),
             group_id=group_id,
             enable_auto_commit=False,
             # a position out of the log's range raises: a loss, said and counted (poll)
@@ -174,3 +187,8 @@ class SourceReader:
         if not self._closed:
             self._closed = True
             self._consumer.close(autocommit=False, timeout_ms=2000)
+
+
+def _seeded_client(seed: Seed | None, servers: tuple[str, ...], **configs: Any) -> KafkaNetClient:
+    """The consumer's network client (its `kafka_client` setting), told what `seed` knows."""
+    return seeded(KafkaNetClient(**configs), seed, servers)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from relay.clients.batch_reader import BatchReader
 from relay.clients.consumer import SourceReader
 from relay.clients.producer import Producer
+from relay.clients.seed import Seed
 from relay.config import ClusterConfig, FetchConfig, TargetConfig
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,11 @@ def source_reader(
     batches: bool = False,
     fetch: FetchConfig | None = None,
     warm: frozenset[str] = frozenset(),
+    seed: Seed | None = None,
 ) -> SourceReader:
     """The worker's cached reader: of record batches (the batch path) or of records; a new
-    reader of batches readies the fetches of the `warm` topics as it opens."""
+    reader of batches readies the fetches of the `warm` topics as it opens; a new one is told
+    the driver's metadata of the cluster (`seed`, relay.clients.seed)."""
     fetch = fetch or FetchConfig()
     key = (source, group_id, batches, fetch)
     for other in [k for k in _readers if k != key]:
@@ -43,9 +46,9 @@ def source_reader(
         _close_quietly(_readers.pop(other).close)
     if key not in _readers:
         if batches:
-            _readers[key] = BatchReader(source, group_id, fetch, warm)
+            _readers[key] = BatchReader(source, group_id, fetch, warm, seed)
         else:
-            _readers[key] = SourceReader(source, group_id, fetch.timeout)
+            _readers[key] = SourceReader(source, group_id, fetch.timeout, seed)
     return _readers[key]
 
 
@@ -68,11 +71,15 @@ def _quietly(open_client: Callable[[], object]) -> None:
 
 
 def warm_reader(
-    source: ClusterConfig, group_id: str, fetch: FetchConfig, topics: frozenset[str]
+    source: ClusterConfig,
+    group_id: str,
+    fetch: FetchConfig,
+    topics: frozenset[str],
+    seed: Seed | None = None,
 ) -> None:
     """The worker's cached batch reader, opened with metadata and leader connections for
     `topics` (one cached already is warm from its earlier rounds)."""
-    source_reader(source, group_id, True, fetch, topics)
+    source_reader(source, group_id, True, fetch, topics, seed)
 
 
 def evict_reader(source: ClusterConfig, group_id: str, kind: str) -> None:

@@ -26,10 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay.internals.clients import (  # noqa: F401 - the package is where callers find them
+    api_versions,
     await_join,
+    client_cluster,
     find_coordinator_soon,
     group_member_count,
     joining,
+    know_api_versions,
     last_heartbeat,
     metadata_config,
     position,
@@ -163,6 +166,11 @@ INTERNALS = (
         "KafkaNetClient.connection_delay", "kafka-python",
         _has("kafka.net.compat", "KafkaNetClient", "connection_delay", "connected", "is_ready"),
         "one produce request per partition at a time (slower across long links)",
+    ),
+    Internal(
+        "KafkaConnectionManager.broker_version_data", "kafka-python",
+        _has("kafka.net.manager", "KafkaConnectionManager", "broker_version", "bootstrap_async"),
+        "workers' clients bootstrap themselves (two round trips more at each start)",
     ),
     Internal(
         "SparkContext._active_spark_context", "pyspark",

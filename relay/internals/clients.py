@@ -9,6 +9,7 @@ from relay.internals.missing import Missing, attr
 
 if TYPE_CHECKING:  # kafka-python's own classes (untyped: they say what each argument is)
     from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+    from kafka.cluster import ClusterMetadata
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +105,36 @@ def metadata_config(client: object) -> dict[str, object]:
     if not isinstance(config, dict) or "allow_auto_create_topics" not in config:
         raise Missing("ClusterMetadata.config['allow_auto_create_topics']")
     return config
+
+
+def client_cluster(client: object) -> ClusterMetadata:
+    """The cluster metadata of a kafka-python consumer or network client (both keep their
+    connection manager as `_manager`)."""
+    manager = attr(client, "_manager", "KafkaNetClient._manager")
+    return attr(manager, "cluster", "KafkaConnectionManager.cluster")
+
+
+def api_versions(client: object) -> tuple[tuple[int, int, int], ...]:
+    """(api key, min, max) of each API the client's bootstrap broker offered; () before its
+    bootstrap."""
+    manager = attr(client, "_manager", "KafkaNetClient._manager")
+    data = attr(manager, "broker_version_data", "KafkaConnectionManager.broker_version_data")
+    if data is None:
+        return ()
+    return tuple(sorted((int(key), low, high) for key, (low, high) in data.api_versions.items()))
+
+
+def know_api_versions(client: object, versions: tuple[tuple[int, int, int], ...]) -> None:
+    """Tell a client (not yet bootstrapped) the API versions its bootstrap would have found:
+    the requests it builds pick their versions from them, and a consumer that has them skips
+    its eager bootstrap. Every connection still asks its broker (ApiVersions) and goes no
+    higher than that broker offers."""
+    if not versions:
+        return
+    from kafka.protocol.broker_version_data import BrokerVersionData
+
+    manager = attr(client, "_manager", "KafkaNetClient._manager")
+    attr(manager, "broker_version_data", "KafkaConnectionManager.broker_version_data")
+    manager.broker_version_data = BrokerVersionData(
+        api_versions={key: (low, high) for key, low, high in versions}
+    )

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from relay.clients import admin, consumer_groups, timestamps
 from relay.clients.kept import HeadStart, keep_clients
+from relay.clients.seed import Seed
 from relay.clients.settings import describe
 from relay.config import Config, TopicRoute
 from relay.engine.pipeline import Plan
@@ -40,12 +41,14 @@ class SourcePlan:
         self.cfg, self.pool, self.calls = cfg, pool, calls
         self.call, self.timeout = calls.call, calls.timeout
         self._ahead: HeadStart | None = None
+        self.seed: Seed | None = None  # the last plan's source metadata, for the workers
 
     def head_start(self, topics: Iterable[str]) -> None:
         """Open the active node's offset readers on threads of their own; `resumed` takes
         them. Once."""
         if self._ahead is None:
-            self._ahead = HeadStart(admin.offset_readers(self.pool.active, topics, self.timeout))
+            readers = admin.offset_readers(self.pool.active, topics, self.timeout, self._seeded)
+            self._ahead = HeadStart(readers)
 
     def close(self) -> None:
         if self._ahead is not None:
@@ -99,6 +102,7 @@ class SourcePlan:
             }
             self.call("source", lambda: self.pool.start([r.key for r in routes], found))
             points, offsets = self.resume(routes, found, tail)
+            self.seed = self._seed(routes)
             stops = (self.pool.boot_ends() or dict(offsets.end)) if stop_at_end else None
         nexts = {key: point.next_offset for key, point in points.items()}
         return Plan(routes, nexts, dict(offsets.end), stops)
@@ -132,6 +136,30 @@ class SourcePlan:
             found = {**found, **{k: max(v, found.get(k, v)) for k, v in stands.items()}}
         offsets = self.call("source", lambda: source_offsets(source, routes, self.timeout))
         return resume_points(routes, offsets, found, committed, unsettled), offsets
+
+    def _seeded(self, seed: Seed) -> None:
+        """The head start's metadata, for the workers that start before the plan is done
+        (the plan's own replaces it)."""
+        if self.seed is None:
+            self.seed = seed
+
+    def _seed(self, routes: list[PartitionRoute]) -> Seed | None:
+        """The active node's metadata of `routes`' topics, as the start-up's own client holds
+        it: the workers' clients then skip their bootstrap (relay.clients.seed). A head start
+        only: None if it cannot be read."""
+        try:
+            topics = {r.topic for r in routes}
+            return admin.metadata_seed(self.pool.active, topics, self.timeout)
+        except Exception as exc:  # noqa: BLE001 - the workers bootstrap as they always did
+            log.debug("source metadata for the workers: %s", exc)
+            return None
+
+    def seed_for(self, topics: Iterable[str]) -> Seed | None:
+        """The seed of `topics` on the active node, if the last plan read one there."""
+        seed = self.seed
+        if seed is None or seed.servers != self.pool.active.servers:
+            return None
+        return seed.of(topics)
 
     def incarnations(self, routes: list[PartitionRoute]) -> list[PartitionRoute]:
         """Following recreated topics, `routes` at the incarnation the relay group's commits

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from typing import TypedDict, Unpack
 
+from relay.clients.seed import Seed
 from relay.config import ClusterConfig, Config, FetchConfig
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import NodeView, Pipeline
@@ -16,7 +18,7 @@ from relay.pipelines.recreated import RecreatedTopics
 from relay.pipelines.source_plan import SourcePlan
 from relay.pipelines.source_pool import SourcePool
 from relay.provenance.resume import Delivered, check_continuity
-from relay.spec import Rates, SourcePartition
+from relay.spec import PartitionWork, Rates, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class SourceFields(TypedDict):
     filters: tuple[FilterSpec, ...]
     fetch: FetchConfig
     on_loss: str
+    seed: Seed | None  # the driver's metadata of the source node (relay.clients.seed)
 
 
 class FromSources(Pipeline):
@@ -56,9 +59,10 @@ class FromSources(Pipeline):
         """The last record already copied of each partition (where a new node must agree)."""
         raise NotImplementedError
 
-    def source_fields(self, rates: Rates) -> SourceFields:
+    def source_fields(self, rates: Rates, works: Iterable[PartitionWork]) -> SourceFields:
         """What the specs of relay and backup tasks say of the source: the active node, the
-        source group, the filters and the fetch settings within the task's share of [limits]."""
+        source group, the filters, the fetch settings within the task's share of [limits], and
+        what the driver knows of the node's metadata for the task's topics (`works`')."""
         fetch = self.cfg.source_pool.fetch.within(rates.records_per_second, rates.bytes_per_second)
         return SourceFields(
             source=self.pool.active,
@@ -66,6 +70,7 @@ class FromSources(Pipeline):
             filters=self.filters,
             fetch=fetch,
             on_loss=self.cfg.source_pool.on_loss,
+            seed=self.planner.seed_for({w.route.topic for w in works}),
         )
 
     @property

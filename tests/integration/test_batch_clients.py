@@ -5,6 +5,8 @@ with a plain KafkaConsumer and compared record by record."""
 
 from __future__ import annotations
 
+import dataclasses
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +16,8 @@ from kafka import KafkaProducer
 
 from relay import internals
 from relay.batches import DestBatch, Origin, codecs, rebuild, split_batches
+from relay.batches.records import record_offsets
+from relay.clients import admin
 from relay.clients.batch_fetch import BatchFetcher
 from relay.clients.batch_produce import BatchDelivery
 from relay.clients.producer import Producer
@@ -233,3 +237,55 @@ def test_transaction_markers_never_arrive_and_uncommitted_reads_do(
     assert [r.value for r in arrived] == [b"c0", b"c1", b"c2", b"a0", b"a1"]
     # the marker at offset 3 is a gap inside the merged batch: the header lists both runs
     assert dict(arrived[-1].headers)["ktm.src"] == b"c/%s/0/0-2,4-5" % topic.encode()
+
+
+def test_a_fetcher_seeded_with_the_drivers_metadata_reads_without_a_bootstrap(
+    broker_factory: BrokerFactory,
+) -> None:
+    """A worker's fetcher told the driver's metadata (relay.clients.seed) fetches at once: with
+    its `servers` a closed port it can never bootstrap, and still reads every record. A seed
+    gone stale (its leader's address a closed port) is mended by the fetcher's own metadata
+    refresh, as a leader move would be."""
+    broker = broker_factory("one")
+    topic = create_topic(broker.bootstrap, unique_topic("seeded"), 2)
+    sent = [Record(b"k%d" % i, b"v%d" % i, partition=i % 2) for i in range(40)]
+    produce(broker.bootstrap, topic, sent)
+    real = ClusterConfig("src", (broker.bootstrap,))
+    seed = admin.metadata_seed(real, [topic], 10)
+    assert seed is not None and seed.of([topic]) == seed
+
+    nowhere = ClusterConfig("src", (f"127.0.0.1:{_closed_port()}",))
+    moved = dataclasses.replace(
+        seed, brokers=tuple((n, "127.0.0.1", _closed_port(), r) for n, _, _, r in seed.brokers)
+    )
+    for cluster, given in ((nowhere, dataclasses.replace(seed, servers=nowhere.servers)),
+                           (real, moved)):  # fmt: skip
+        fetcher = BatchFetcher(cluster, 5, seed=given)
+        try:
+            held = _fetch_offsets(fetcher, {(topic, 0): 0, (topic, 1): 0}, 40)
+        finally:
+            fetcher.close()
+        assert held == [(p, offset) for p in (0, 1) for offset in range(20)]
+
+
+def _fetch_offsets(
+    fetcher: BatchFetcher, positions: dict[tuple[str, int], int], count: int
+) -> list[tuple[int, int]]:
+    """(partition, offset) of each record fetched from `positions` on until `count` came;
+    failed fetches are tried again (a stale leader fails one or two)."""
+    found: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 30
+    while len(found) < count:
+        assert time.monotonic() < deadline, f"{len(found)} of {count} fetched"
+        for key, fetched in fetcher.fetch(positions, timeout=2).items():
+            batches, _ = split_batches(fetched.data) if fetched.error is None else ([], 0)
+            for batch in batches:
+                found += [(key[1], offset) for offset in record_offsets(batch)]
+                positions[key] = batch.next_offset
+    return sorted(found)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

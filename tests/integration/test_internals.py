@@ -10,6 +10,8 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.consumer import FetchRequest
 
 from relay import internals
 from testbed.topics import create_topic, unique_topic
@@ -119,6 +121,23 @@ def test_the_group_coordinator_is_found_and_connected_in_the_background(source_b
             time.sleep(0.01)
     finally:
         consumer.close(autocommit=False)
+
+
+def test_a_clients_metadata_and_api_versions_are_read_and_told(source_broker):
+    """The seed a worker's clients are made with (relay.clients.seed): read from a consumer,
+    told to a network client that never bootstrapped."""
+    consumer = KafkaConsumer(bootstrap_servers=source_broker.bootstrap)
+    client = KafkaNetClient(bootstrap_servers=source_broker.bootstrap)
+    try:
+        versions = internals.api_versions(consumer)
+        assert any(key == FetchRequest.API_KEY for key, _, _ in versions)
+        assert internals.client_cluster(consumer) is consumer._manager.cluster
+        assert internals.api_versions(client) == ()  # not bootstrapped
+        internals.know_api_versions(client, versions)
+        assert internals.api_versions(client) == versions
+    finally:
+        consumer.close(autocommit=False)
+        client.close()
 
 
 def test_the_pyspark_internals(spark):

@@ -134,7 +134,8 @@ class BackupPipeline(FromSources):
                 )
 
     def spec(self, **common: Unpack[CommonFields]) -> BackupTask:
-        return BackupTask(**common, **self.source_fields(common["rates"]), store=self.store_cfg)
+        source = self.source_fields(common["rates"], common["partitions"])
+        return BackupTask(**common, **source, store=self.store_cfg)
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         """The last record backed up of each partition (read from its last segment), to check

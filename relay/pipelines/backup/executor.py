@@ -44,7 +44,8 @@ class BackupSides:
         # Record batches, always: the fetch side of the batch path uses kafka-python's public
         # network client and protocol classes (the relay's fallback is about its producer).
         with opening(SourceFailure):
-            return source_reader(self.task.source, self.task.group_id, True, self.task.fetch)
+            task = self.task
+            return source_reader(task.source, task.group_id, True, task.fetch, seed=task.seed)
 
     def writer(self, work: PartitionWork, latencies: list[float]) -> SegmentWriter:
         chain = self._chain.get(work.route.key, work.start)
@@ -67,7 +68,7 @@ class BackupSides:
 
     def warm(self) -> None:
         task = self.task
-        warm_reader(task.source, task.group_id, task.fetch, topics_of(task.partitions))
+        warm_reader(task.source, task.group_id, task.fetch, topics_of(task.partitions), task.seed)
 
     def evict(self, kind: str, waiting: Callable[[], object] | None = None) -> None:
         evict_reader(self.task.source, self.task.group_id, kind)

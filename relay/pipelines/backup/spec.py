@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from relay.clients.seed import Seed
 from relay.config import ClusterConfig, FetchConfig, StoreConfig
 from relay.spec import TaskSpec
 
@@ -16,3 +17,4 @@ class BackupTask(TaskSpec):
     store: StoreConfig
     group_id: str
     fetch: FetchConfig = FetchConfig()
+    seed: Seed | None = None  # the driver's metadata of the source (relay.clients.seed)

@@ -170,9 +170,8 @@ class RelayPipeline(FromSources):
         pass
 
     def spec(self, **common: Unpack[CommonFields]) -> RelayTask:
-        return RelayTask(
-            **common, **self.source_fields(common["rates"]), target=self.target, rules=self.rules
-        )
+        source = self.source_fields(common["rates"], common["partitions"])
+        return RelayTask(**common, **source, target=self.target, rules=self.rules)
 
     def last_delivered(self) -> dict[SourcePartition, Delivered]:
         return delivered(self.cfg.need_target().cluster, self.routes, self.timeout)

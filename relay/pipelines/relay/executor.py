@@ -29,7 +29,7 @@ class RelaySides(KafkaTarget):
         task = self.task
         batches = self.producer().takes_built
         with opening(SourceFailure):
-            reader = source_reader(task.source, task.group_id, batches, task.fetch)
+            reader = source_reader(task.source, task.group_id, batches, task.fetch, seed=task.seed)
         routes = [work.route for work in task.partitions]
         reader.commit_marks = {r.key: commit_mark(r.incarnation) for r in routes if r.incarnation}
         return reader
@@ -55,7 +55,9 @@ class RelaySides(KafkaTarget):
         task = self.task
         open_at_once(
             super().warm,
-            lambda: warm_reader(task.source, task.group_id, task.fetch, topics_of(self.partitions)),
+            lambda: warm_reader(
+                task.source, task.group_id, task.fetch, topics_of(self.partitions), task.seed
+            ),
         )
 
     def evict(self, kind: str, waiting: Callable[[], object] | None = None) -> None:
