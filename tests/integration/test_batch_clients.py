@@ -6,7 +6,6 @@ with a plain KafkaConsumer and compared record by record."""
 from __future__ import annotations
 
 import dataclasses
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +22,7 @@ from relay.clients.batch_produce import BatchDelivery
 from relay.clients.producer import Producer
 from relay.config import ClusterConfig, TargetConfig
 from relay.provenance.header import Provenance, parse_provenance
+from testbed.ports import free_port
 from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic
 from tests.conftest import BrokerFactory
@@ -254,9 +254,9 @@ def test_a_fetcher_seeded_with_the_drivers_metadata_reads_without_a_bootstrap(
     seed = admin.metadata_seed(real, [topic], 10)
     assert seed is not None and seed.of([topic]) == seed
 
-    nowhere = ClusterConfig("src", (f"127.0.0.1:{_closed_port()}",))
+    nowhere = ClusterConfig("src", (f"127.0.0.1:{free_port()}",))
     moved = dataclasses.replace(
-        seed, brokers=tuple((n, "127.0.0.1", _closed_port(), r) for n, _, _, r in seed.brokers)
+        seed, brokers=tuple((n, "127.0.0.1", free_port(), r) for n, _, _, r in seed.brokers)
     )
     for cluster, given in ((nowhere, dataclasses.replace(seed, servers=nowhere.servers)),
                            (real, moved)):  # fmt: skip
@@ -283,9 +283,3 @@ def _fetch_offsets(
                 found += [(key[1], offset) for offset in record_offsets(batch)]
                 positions[key] = batch.next_offset
     return sorted(found)
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

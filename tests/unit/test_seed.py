@@ -6,7 +6,6 @@ would fail or wait."""
 from __future__ import annotations
 
 import pickle
-import socket
 
 from kafka import TopicPartition
 from kafka.net.compat import KafkaNetClient
@@ -16,13 +15,12 @@ from relay.clients.consumer import SourceReader
 from relay.clients.seed import Seed, seeded
 from relay.clients.settings import client_settings
 from relay.config import ClusterConfig
+from testbed.ports import free_port
 
 
 def closed_port() -> str:
     """An address nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 def a_seed(servers: tuple[str, ...], broker: str) -> Seed:
