@@ -556,3 +556,61 @@ def test_a_task_whose_partitions_all_reached_their_stops_polls_no_more() -> None
     assert reader.paused == {("t", 0), ("t", 1)}
     assert reader.idle_polls == 0  # before: polls until the next sweep, 0.25 s later
     assert reader.committed == {("t", 0): 10, ("t", 1): 7}
+
+
+class SlowProducer(FakeProducer):
+    """Each partition's write takes `seconds`: a fetch of many partitions is a long step."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def send_batch(self, topic: str, partition: int, items: list[Any]) -> list[Any]:
+        time.sleep(self.seconds)
+        return super().send_batch(topic, partition, items)
+
+
+class WatchedSides(Sides):
+    """Counts the write blocks (each wakes the producer's I/O thread as it ends)."""
+
+    blocks = 0
+
+    def writing(self) -> AbstractContextManager[None]:
+        self.blocks += 1
+        return nullcontext()
+
+
+def test_a_long_step_wakes_the_producer_in_slices_and_reports_amid_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One poll of 40 partitions written in 0.8 s: the producer is woken every WRITE_SLICE,
+    and the driver hears from the task after LONG_STEP, before the poll's last partition is
+    written (at 10,000 partitions one poll's writing outlasted the driver's 8 s)."""
+    monkeypatch.setattr("relay.engine.executor.task.LONG_STEP", 0.2)
+    routes = [PartitionRoute("t", p, "t2", p) for p in range(40)]
+    spec = dataclasses.replace(
+        task((None, None)), partitions=tuple(PartitionWork(r, 0, 3) for r in routes)
+    )
+    reader = FakeReader({r.key: [Rec(offset=o) for o in range(3)] for r in routes})
+    producer = SlowProducer(0.02)
+    channel = RecordingChannel(reports=1_000)
+    sent_at_reports: list[int] = []
+    channel_report = channel.report
+
+    def report(result: Any, final: bool = False) -> None:
+        sent_at_reports.append(len(producer.sent))
+        channel_report(result, final)
+
+    channel.report = report  # type: ignore[method-assign]
+
+    def writer(work: PartitionWork, latencies: list[float]) -> KafkaWriter:
+        origin = Origin("src", "t", work.route.partition)
+        return KafkaWriter(producer, work.route, origin, latencies)  # type: ignore[arg-type]
+
+    sides = WatchedSides(spec, reader, writer)
+    error = TaskRun(spec, 0, channel, sides).execute()  # type: ignore[arg-type]
+
+    assert error is None and len(producer.sent) == 40 * 3  # all of it, once
+    assert sides.blocks >= 8  # 0.8 s of writing in slices of 0.05 s, not one block
+    amid = [sent for sent in sent_at_reports if 0 < sent < 40 * 3]
+    assert amid, sent_at_reports  # a report while the poll's records were being written

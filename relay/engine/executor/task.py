@@ -46,6 +46,8 @@ EMPTY_POLL_WAIT = 0.2  # seconds a poll may wait; bounds how late "stop" is noti
 COMMIT_INTERVAL = 1.0  # seconds between source group commits of durable offsets
 BACKED_UP_WAIT = 0.02  # seconds between looks at the acks while the writer is backed up
 SWEEP_INTERVAL = 0.25  # seconds between passes over every partition of the task
+WRITE_SLICE = 0.05  # seconds of writing before the producer's I/O thread is woken (see _write)
+LONG_STEP = 1.0  # seconds of writing one poll's records before the task reports amid them
 # A report with nothing new waits this many report intervals (2 s at the default 0.5 s; the
 # driver takes a task silent for 8 s as lost): an idle task's reports every interval cost it
 # and the driver wake-ups for nothing.
@@ -122,12 +124,12 @@ class TaskRun:
             self.sides.evict(error.kind, self._still_here())
         return error
 
-    def _still_here(self) -> Callable[[], None]:
-        """A report at its first call and then every report interval, while the task waits
-        for a busy destination's answers (seconds, at 10,000 partitions on Tansu): a silent
-        task is taken for lost and cancelled, and what it sent could then land after the next
-        round read the destination."""
-        next_report = time.monotonic()
+    def _still_here(self, after: float = 0.0) -> Callable[[], None]:
+        """A report at its first call `after` seconds from now and then every report interval,
+        while the task waits for a busy destination's answers (seconds, at 10,000 partitions on
+        Tansu) or writes a big fetch: a silent task is taken for lost and cancelled, and what
+        it sent could then land after the next round read the destination."""
+        next_report = time.monotonic() + after
 
         def report() -> None:
             nonlocal next_report
@@ -192,23 +194,47 @@ class TaskRun:
         self._lose(losses)
         if self.throttle.limited:
             self.throttle.spend(*_volume(batch))
-        stopped = False
-        with self.sides.writing():
-            for key in moved:
-                part = self.parts[key]
-                if part.reached_stop:
-                    continue
-                records = batch.get(key)
-                if records:
-                    if self.channel.should_stop:  # the lease may have run out during the poll
-                        return stopped
-                    part.handle(records)
-                    self._writing.add(key)
-                part.advance(positions[key])
-                if part.reached_stop:
-                    reader.pause(key)
-                    stopped = True
+        stopped = self._write(moved, batch, positions)
         self._collect_acks(time.monotonic(), active if sweep else None)
+        return stopped
+
+    def _write(
+        self,
+        moved: list[TP],
+        batch: Mapping[TP, Sequence[Record] | Sequence[SourceBatch]],
+        positions: Mapping[TP, int],
+    ) -> bool:
+        """Writes what a poll brought and moves the partitions to the reader's positions, in
+        slices of WRITE_SLICE seconds, each waking the producer's I/O thread as it ends (a held
+        block wakes it only at its end), with a report once LONG_STEP has gone by. A fetch of
+        thousands of partitions brings up to 64 MB at once: at 10,000 partitions on 2 busy
+        cores a task fell silent for over 8 s after its first answers came, and the driver took
+        it for lost. True when a partition reached its stop offset."""
+        reader, stopped, keys = self.reader, False, iter(moved)
+        assert reader is not None
+        still_here = self._still_here(after=max(self.task.report_interval, LONG_STEP))
+        more = True
+        while more:
+            more, until = False, time.monotonic() + WRITE_SLICE
+            with self.sides.writing():
+                for key in keys:
+                    part, records = self.parts[key], batch.get(key)
+                    if part.reached_stop:
+                        continue
+                    if records:
+                        if self.channel.should_stop:  # the lease may have run out meanwhile
+                            return stopped
+                        part.handle(records)
+                        self._writing.add(key)
+                    part.advance(positions[key])
+                    if part.reached_stop:
+                        reader.pause(key)
+                        stopped = True
+                    if records and time.monotonic() >= until:
+                        more = True
+                        break
+            if more:
+                still_here()
         return stopped
 
     def _lose(self, losses: list[Loss]) -> None:
