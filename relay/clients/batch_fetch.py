@@ -14,7 +14,10 @@ fails it after the client's request timeout and closes the connection). A caller
 longer wants what it asked (`abandon`) gets the late answer dropped. So a link whose round
 trip is longer than the task loop's tick, or a broker slow to answer a thousand partitions, is
 waited for instead of abandoned at every tick; and a broker that answers less than a round
-trip's worth per fetch still fills a long link with two lanes or more.
+trip's worth per fetch still fills a long link with two lanes or more. A reader of thousands of
+partitions (`lane_partitions`) has more lanes than fetches on the wire: `lanes` fetches are out
+to a broker at a time, its lanes taking turns, so no fetch names more than `lane_partitions`
+(a broker's time per fetch grows with the partitions it names, see LANE_PARTITIONS).
 
 Lanes pay only while a broker's answers are full (at least `min_bytes`). Once every lane of a
 broker had LIGHT_AFTER light answers in a row (the broker waited out `max_wait` for less), its
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -69,6 +72,13 @@ _FRAME_MARGIN = 1024 * 1024  # a response's headers around its records
 # Answers in a row with no record before a lane's fetches wait `idle_wait`: a lull of a few
 # hundred milliseconds, not a gap between two batches of a steady flow.
 IDLE_AFTER = 10
+# Partitions in one fetch of the pipelined readers at most, while a broker's answers are full.
+# Apache Kafka looks up every partition a fetch names in its offset index, even past the fetch's
+# max_bytes, and an index it has not read for a while costs it ~3.5 ms of page faults (measured
+# on the 2-core CI machine, 8 MB read-ahead over the sparse 10 MB index files): a first fetch of
+# 2,500 partitions took it 10 s, and a task's 5,000 in two lanes 24 s, the second fetch timed out
+# behind the first; in five fetches of 500 the answers came every ~1.5 s from 1.8 s on.
+LANE_PARTITIONS = 500
 # Light answers in a row on every lane of a broker before its partitions go in one fetch: a
 # lull between two bursts is no reason to give up the lanes (fewer than IDLE_AFTER: a broker
 # goes down to one lane before its fetches wait idle_wait).
@@ -107,6 +117,7 @@ class BatchFetcher:
         sessions: bool = False,
         lanes: int = 1,
         idle_wait: float = 0.0,
+        lane_partitions: int | None = None,
         seed: Seed | None = None,  # the driver's metadata of the cluster (relay.clients.seed)
         # unit tests pass a stand-in for kafka-python's network client
         client: KafkaNetClient | None = None,
@@ -133,8 +144,10 @@ class BatchFetcher:
         self._partition_max_bytes = partition_max_bytes
         self._sessions: dict[tuple[int, int], FetchSession] | None = {} if sessions else None
         self._wire: dict[tuple[int, int], _OnTheWire] = {}  # by (node, lane)
-        self._lanes_per_node = max(1, lanes)
+        self._lanes_per_node = max(1, lanes)  # fetches on the wire to one broker at most
+        self._lane_partitions = lane_partitions  # partitions in one lane at most (full answers)
         self._lanes: set[tuple[int, int]] = set()  # every (node, lane) sent to so far
+        self._next_lane: dict[int, int] = {}  # each broker's lane to send to first next time
         self._lane_of: dict[TP, int] = {}
         self._turn = 0
         self._closed = False
@@ -152,17 +165,17 @@ class BatchFetcher:
         refused: list[Answer] = []
         last_epochs = epochs or {}
         for node, keys in self._by_leader(positions, refused).items():
-            width = self._width_of(node)
+            width = self._width_of(node, len(keys))
             if width is None:
                 continue  # its lanes change once its fetches on the wire are answered
-            for lane, lane_keys in self._by_lane(keys, width).items():
-                self._lanes.add((node, lane))
-                if (node, lane) not in self._wire:
-                    wanted = {
-                        key: (positions[key], self._partition_max_bytes, last_epochs.get(key, -1))
-                        for key in lane_keys
-                    }
-                    self._wire[(node, lane)] = self._send_to((node, lane), wanted)
+            lanes = self._by_lane(keys, width)
+            self._lanes.update((node, lane) for lane in lanes)
+            for lane in self._turn_of(node, list(lanes)):
+                wanted = {
+                    key: (positions[key], self._partition_max_bytes, last_epochs.get(key, -1))
+                    for key in lanes[lane]
+                }
+                self._wire[(node, lane)] = self._send_to((node, lane), wanted)
         if refused and not self._wire:
             # nothing on the wire polls the client: the metadata update asked for the unknown
             # leaders (a partition added while running) would never be sent
@@ -171,30 +184,57 @@ class BatchFetcher:
         return refused
 
     def busy(self) -> bool:
-        """Every lane used so far has a fetch on the wire: `send` would send nothing (a caller
-        of a thousand partitions skips building their positions)."""
-        return bool(self._lanes) and all(lane in self._wire for lane in self._lanes)
+        """Every broker sent to so far has as many fetches on the wire as it may: `send` would
+        send nothing (a caller of a thousand partitions skips building their positions)."""
+        if not self._lanes:
+            return False
+        out = Counter(node for node, _ in self._wire)
+        lanes = Counter(node for node, _ in self._lanes)
+        return all(out[node] >= min(self._lanes_per_node, n) for node, n in lanes.items())
+
+    def _turn_of(self, node: int, lanes: list[int]) -> list[int]:
+        """The lanes of `node` to send a fetch to now: those with none out, in turn from where
+        the last send left off, while the broker has fewer than `lanes` fetches out (it serves
+        a connection's requests one at a time: a fetch queued behind many waits for them all,
+        and times out)."""
+        room = self._lanes_per_node - sum(1 for where in self._wire if where[0] == node)
+        first = self._next_lane.get(node, 0)
+        turn = sorted(lanes, key=lambda lane: (lane < first, lane))
+        chosen = [lane for lane in turn if (node, lane) not in self._wire][: max(0, room)]
+        if chosen:
+            self._next_lane[node] = chosen[-1] + 1
+        return chosen
 
     def _by_lane(self, keys: list[TP], width: int) -> dict[int, list[TP]]:
-        """A node's partitions in `width` groups, each with a fetch of its own on the wire: a
-        partition keeps its lane (one fetch at a time covers it), new ones go round."""
+        """A node's partitions in `width` groups, each with a fetch of its own: a partition
+        keeps its lane (one fetch at a time covers it), new ones go round."""
         lanes: dict[int, list[TP]] = defaultdict(list)
         for key in keys:
-            lane = self._lane_of.setdefault(key, len(self._lane_of) % self._lanes_per_node)
+            lane = self._lane_of.setdefault(key, len(self._lane_of))
             lanes[lane % width].append(key)
         return lanes
 
-    def _width_of(self, node: int) -> int | None:
-        """The lanes a node's partitions go in now: one while it answers light, else `lanes`;
-        None while a change waits for the node's fetches on the wire to be answered."""
-        width = 1 if node in self._light_nodes else self._lanes_per_node
+    def _width_of(self, node: int, count: int) -> int | None:
+        """The lanes a node's `count` partitions go in now: one while it answers light, else
+        `lanes`, or more with `lane_partitions` each at most (never fewer while its answers
+        stay full: partitions that reach their end leave some lanes light, not a change that
+        waits for every fetch out); None while a change waits for the node's fetches on the
+        wire to be answered."""
+        width = 1 if node in self._light_nodes else self._full_width(node, count)
         if self._width.get(node, width) != width:
             if any(where[0] == node for where in self._wire):
                 return None
             self._lanes -= {where for where in self._lanes if where[0] == node}
+            self._next_lane.pop(node, None)
             for where in [w for w in self._light if w[0] == node]:
                 del self._light[where]  # counted anew in the new lanes
         self._width[node] = width
+        return width
+
+    def _full_width(self, node: int, count: int) -> int:
+        width = self._lanes_per_node
+        if self._lane_partitions is not None:
+            width = max(width, -(-count // self._lane_partitions), self._width.get(node, 1))
         return width
 
     def _weigh(self, where: tuple[int, int], size: int) -> None:

@@ -27,7 +27,7 @@ from kafka import errors as kafka_errors
 
 from relay import internals
 from relay.batches import SourceBatch, drop_aborted, split_batches
-from relay.clients.batch_fetch import Answer, BatchFetcher
+from relay.clients.batch_fetch import LANE_PARTITIONS, Answer, BatchFetcher
 from relay.clients.consumer import TP, SourceReader
 from relay.clients.seed import Seed
 from relay.config import ClusterConfig, FetchConfig
@@ -235,6 +235,7 @@ def _fetcher(cluster: ClusterConfig, fetch: FetchConfig, seed: Seed | None) -> B
         max_bytes=fetch.max_bytes,
         sessions=True,
         lanes=fetch.in_flight,
+        lane_partitions=LANE_PARTITIONS,
         idle_wait=fetch.idle_wait,
         seed=seed,
     )

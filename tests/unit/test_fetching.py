@@ -203,6 +203,50 @@ def test_lanes_change_only_once_none_of_the_brokers_fetches_is_out():
     assert len(net.sent) == lane_0 + 4 and named(net.sent[-1][1]) == positions
 
 
+def test_a_reader_of_many_partitions_takes_lanes_in_turn_with_two_fetches_out():
+    """Seven partitions in lanes of three at most: three lanes, two fetches on the wire to the
+    broker at a time (it serves them one after the other), the lane left out sent first when
+    one is answered; no partition is in two fetches, and the lanes stay when some partitions
+    leave (they reached their end) while the answers are full."""
+    net = FakeNet(leaders={(T, p): 1 for p in range(7)})
+    cluster = ClusterConfig("src", ("x:1",))
+    f = BatchFetcher(cluster, lanes=2, lane_partitions=3, client=net)
+    positions = {(T, p): 0 for p in range(7)}
+    f.send(positions)
+    assert [sorted(named(r)) for r in net.to(1)] == [
+        [(T, 0), (T, 3), (T, 6)],
+        [(T, 1), (T, 4)],
+    ]
+    assert f.busy()  # two out: the third lane waits, and a send would send nothing
+    f.send(positions)
+    assert len(net.sent) == 2
+
+    net.answer(0, {0: b"x", 3: b"x", 6: b"x"})
+    f.receive(0.0)
+    assert not f.busy()
+    f.send(positions)
+    assert sorted(named(net.sent[-1][1])) == [(T, 2), (T, 5)]  # the lane left out goes first
+    net.answer(1, {1: b"x", 4: b"x"})
+    f.receive(0.0)
+    f.send(positions)
+    assert sorted(named(net.sent[-1][1])) == [(T, 0), (T, 3), (T, 6)]  # then round again
+    assert len(net.sent) == 4
+
+    _answer_out(net, 300)
+    f.receive(0.0)
+    f.send({(T, p): 0 for p in (0, 1, 2)})  # the others reached their end: same lanes
+    assert [sorted(named(r)) for r in net.to(1)[-2:]] == [[(T, 1)], [(T, 2)]]
+
+
+def test_without_a_lane_size_every_lane_has_its_fetch_out():
+    """The start-up's one-shot fetchers and the small readers: `lanes` lanes, each on the
+    wire, however many partitions."""
+    net = FakeNet(leaders={(T, p): 1 for p in range(7)})
+    f = BatchFetcher(ClusterConfig("src", ("x:1",)), lanes=2, client=net)
+    f.send({(T, p): 0 for p in range(7)})
+    assert sorted(len(named(r)) for r in net.to(1)) == [3, 4]
+
+
 def test_receive_waits_no_longer_than_asked_and_returns_nothing_when_none_answered(net):
     f = fetcher(net)
     f.send({(T, 0): 0})
