@@ -6,26 +6,15 @@ TLS, SASL, API versions, metadata, as `client_settings` configures them) and its
 classes (`FetchRequest`), and hands back each partition's `records` field untouched: the
 batches as the broker stored them, to be split and rebuilt by `relay.batches`.
 
-A fetch lives as long as it takes. A broker's partitions are split into `lanes` (a partition
-keeps its lane); `send` puts one fetch on the wire for each lane that has none outstanding;
-`receive` waits a bounded time for answers and returns those that came; a fetch still out
-stays out, and its lane gets no second one until it is answered or times out (kafka-python
-fails it after the client's request timeout and closes the connection). A caller that no
-longer wants what it asked (`abandon`) gets the late answer dropped. So a link whose round
-trip is longer than the task loop's tick, or a broker slow to answer a thousand partitions, is
-waited for instead of abandoned at every tick; and a broker that answers less than a round
-trip's worth per fetch still fills a long link with two lanes or more. A reader of thousands of
-partitions (`lane_partitions`) has more lanes than fetches on the wire: `lanes` fetches are out
-to a broker at a time, its lanes taking turns, so no fetch names more than `lane_partitions`
-(a broker's time per fetch grows with the partitions it names, see LANE_PARTITIONS).
-
-Lanes pay only while a broker's answers are full (at least `min_bytes`). Once every lane of a
-broker had LIGHT_AFTER light answers in a row (the broker waited out `max_wait` for less), its
-partitions go in one fetch, until an answer is full again. Apache Kafka serves a connection's
-requests one at a time, so a second light lane's fetch waited behind the first's `max_wait`
-(at 1,000 records/s: p50 46 ms with two lanes, 31 ms with one), and each answer costs the task
-a round of its loop. A change of lanes waits until none of the broker's fetches is out, so no
-partition is ever in two fetches at once.
+A fetch lives as long as it takes. A broker's partitions are split into lanes
+(relay.clients.fetch_lanes: how many, which partitions, which lanes get a fetch now); `send`
+puts a fetch on the wire for the lanes whose turn it is; `receive` waits a bounded time for
+answers and returns those that came; a fetch still out stays out, and its lane gets no second
+one until it is answered or times out (kafka-python fails it after the client's request
+timeout and closes the connection). A caller that no longer wants what it asked (`abandon`)
+gets the late answer dropped. So a link whose round trip is longer than the task loop's tick,
+or a broker slow to answer a thousand partitions, is waited for instead of abandoned at every
+tick.
 
 The isolation level is the cluster's (`ClusterConfig.isolation_level`: a source's is
 `[source_pool].isolation_level`). Under read_committed an answer ends at the partition's last
@@ -49,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -60,6 +49,7 @@ from kafka.future import Future
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchResponse
 
+from relay.clients.fetch_lanes import Lanes
 from relay.clients.fetch_protocol import TP, Fetched, FetchTerms
 from relay.clients.fetch_session import FetchSession, NextFetch, Wanted
 from relay.clients.seed import Seed, seed_of, seeded
@@ -69,20 +59,6 @@ from relay.config import ClusterConfig
 log = logging.getLogger(__name__)
 
 _FRAME_MARGIN = 1024 * 1024  # a response's headers around its records
-# Answers in a row with no record before a lane's fetches wait `idle_wait`: a lull of a few
-# hundred milliseconds, not a gap between two batches of a steady flow.
-IDLE_AFTER = 10
-# Partitions in one fetch of the pipelined readers at most, while a broker's answers are full.
-# Apache Kafka looks up every partition a fetch names in its offset index, even past the fetch's
-# max_bytes, and an index it has not read for a while costs it ~3.5 ms of page faults (measured
-# on the 2-core CI machine, 8 MB read-ahead over the sparse 10 MB index files): a first fetch of
-# 2,500 partitions took it 10 s, and a task's 5,000 in two lanes 24 s, the second fetch timed out
-# behind the first; in five fetches of 500 the answers came every ~1.5 s from 1.8 s on.
-LANE_PARTITIONS = 500
-# Light answers in a row on every lane of a broker before its partitions go in one fetch: a
-# lull between two bursts is no reason to give up the lanes (fewer than IDLE_AFTER: a broker
-# goes down to one lane before its fetches wait idle_wait).
-LIGHT_AFTER = 3
 
 
 class Answer(NamedTuple):
@@ -137,18 +113,10 @@ class BatchFetcher:
             if idle_wait > max_wait
             else self._terms
         )
-        self._empty: dict[tuple[int, int], int] = {}  # each lane's answers in a row with no data
-        self._light: dict[tuple[int, int], int] = {}  # ... with less than min_bytes
-        self._light_nodes: set[int] = set()  # brokers whose partitions go in one lane
-        self._width: dict[int, int] = {}  # the lanes each broker's partitions go in now
         self._partition_max_bytes = partition_max_bytes
         self._sessions: dict[tuple[int, int], FetchSession] | None = {} if sessions else None
         self._wire: dict[tuple[int, int], _OnTheWire] = {}  # by (node, lane)
-        self._lanes_per_node = max(1, lanes)  # fetches on the wire to one broker at most
-        self._lane_partitions = lane_partitions  # partitions in one lane at most (full answers)
-        self._lanes: set[tuple[int, int]] = set()  # every (node, lane) sent to so far
-        self._next_lane: dict[int, int] = {}  # each broker's lane to send to first next time
-        self._lane_of: dict[TP, int] = {}
+        self._lanes = Lanes(lanes, lane_partitions, min_bytes)
         self._turn = 0
         self._closed = False
 
@@ -165,15 +133,10 @@ class BatchFetcher:
         refused: list[Answer] = []
         last_epochs = epochs or {}
         for node, keys in self._by_leader(positions, refused).items():
-            width = self._width_of(node, len(keys))
-            if width is None:
-                continue  # its lanes change once its fetches on the wire are answered
-            lanes = self._by_lane(keys, width)
-            self._lanes.update((node, lane) for lane in lanes)
-            for lane in self._turn_of(node, list(lanes)):
+            for lane, lane_keys in self._lanes.to_send(node, keys, self._wire.keys()).items():
                 wanted = {
                     key: (positions[key], self._partition_max_bytes, last_epochs.get(key, -1))
-                    for key in lanes[lane]
+                    for key in lane_keys
                 }
                 self._wire[(node, lane)] = self._send_to((node, lane), wanted)
         if refused and not self._wire:
@@ -186,70 +149,7 @@ class BatchFetcher:
     def busy(self) -> bool:
         """Every broker sent to so far has as many fetches on the wire as it may: `send` would
         send nothing (a caller of a thousand partitions skips building their positions)."""
-        if not self._lanes:
-            return False
-        out = Counter(node for node, _ in self._wire)
-        lanes = Counter(node for node, _ in self._lanes)
-        return all(out[node] >= min(self._lanes_per_node, n) for node, n in lanes.items())
-
-    def _turn_of(self, node: int, lanes: list[int]) -> list[int]:
-        """The lanes of `node` to send a fetch to now: those with none out, in turn from where
-        the last send left off, while the broker has fewer than `lanes` fetches out (it serves
-        a connection's requests one at a time: a fetch queued behind many waits for them all,
-        and times out)."""
-        room = self._lanes_per_node - sum(1 for where in self._wire if where[0] == node)
-        first = self._next_lane.get(node, 0)
-        turn = sorted(lanes, key=lambda lane: (lane < first, lane))
-        chosen = [lane for lane in turn if (node, lane) not in self._wire][: max(0, room)]
-        if chosen:
-            self._next_lane[node] = chosen[-1] + 1
-        return chosen
-
-    def _by_lane(self, keys: list[TP], width: int) -> dict[int, list[TP]]:
-        """A node's partitions in `width` groups, each with a fetch of its own: a partition
-        keeps its lane (one fetch at a time covers it), new ones go round."""
-        lanes: dict[int, list[TP]] = defaultdict(list)
-        for key in keys:
-            lane = self._lane_of.setdefault(key, len(self._lane_of))
-            lanes[lane % width].append(key)
-        return lanes
-
-    def _width_of(self, node: int, count: int) -> int | None:
-        """The lanes a node's `count` partitions go in now: one while it answers light, else
-        `lanes`, or more with `lane_partitions` each at most (never fewer while its answers
-        stay full: partitions that reach their end leave some lanes light, not a change that
-        waits for every fetch out); None while a change waits for the node's fetches on the
-        wire to be answered."""
-        width = 1 if node in self._light_nodes else self._full_width(node, count)
-        if self._width.get(node, width) != width:
-            if any(where[0] == node for where in self._wire):
-                return None
-            self._lanes -= {where for where in self._lanes if where[0] == node}
-            self._next_lane.pop(node, None)
-            for where in [w for w in self._light if w[0] == node]:
-                del self._light[where]  # counted anew in the new lanes
-        self._width[node] = width
-        return width
-
-    def _full_width(self, node: int, count: int) -> int:
-        width = self._lanes_per_node
-        if self._lane_partitions is not None:
-            width = max(width, -(-count // self._lane_partitions), self._width.get(node, 1))
-        return width
-
-    def _weigh(self, where: tuple[int, int], size: int) -> None:
-        """Counts an answer of `size` bytes of records for the lane's idle wait and for the
-        node's lanes (light: under min_bytes)."""
-        self._empty[where] = self._empty.get(where, 0) + 1 if size == 0 else 0
-        node = where[0]
-        if size >= self._terms.min_bytes:
-            self._light[where] = 0
-            self._light_nodes.discard(node)
-            return
-        self._light[where] = self._light.get(where, 0) + 1
-        lanes = [w for w in self._lanes if w[0] == node]
-        if self._lanes_per_node > 1 and all(self._light.get(w, 0) >= LIGHT_AFTER for w in lanes):
-            self._light_nodes.add(node)
+        return self._lanes.busy(self._wire.keys())
 
     def receive(self, timeout: float) -> list[Answer]:
         """The answers to the fetches that completed, waiting up to `timeout` seconds for the
@@ -266,7 +166,7 @@ class BatchFetcher:
                 del self._wire[where]
                 answered = self._answers_of(wire)
                 if wire.future.succeeded():
-                    self._weigh(where, sum(len(a.fetched.data) for a in answered))
+                    self._lanes.weigh(where, sum(len(a.fetched.data) for a in answered))
                 answers += answered
         return answers
 
@@ -346,7 +246,7 @@ class BatchFetcher:
         self._turn += 1
         # A lane found idle waits longer, answered as soon as any record comes (Apache Kafka;
         # Tansu within ~0.25 s): idle, 2 lanes at max_wait 30 ms cost a task ~0.025 cores.
-        idle = self._empty.get(where, 0) >= IDLE_AFTER
+        idle = self._lanes.idle(where)
         terms = self._idle_terms if idle else self._terms
         future = self._client.send(node, terms.request(plan, self._turn))
         return _OnTheWire(node, future, offsets, time.monotonic(), True, session)

@@ -27,8 +27,9 @@ from kafka import errors as kafka_errors
 
 from relay import internals
 from relay.batches import SourceBatch, drop_aborted, split_batches
-from relay.clients.batch_fetch import LANE_PARTITIONS, Answer, BatchFetcher
+from relay.clients.batch_fetch import Answer, BatchFetcher
 from relay.clients.consumer import TP, SourceReader
+from relay.clients.fetch_lanes import LANE_PARTITIONS
 from relay.clients.seed import Seed
 from relay.config import ClusterConfig, FetchConfig
 from relay.losses import diverged, out_of_range

@@ -12,7 +12,8 @@ import pytest
 from kafka import errors as kafka_errors
 from kafka.future import Future
 
-from relay.clients.batch_fetch import IDLE_AFTER, LIGHT_AFTER, BatchFetcher
+from relay.clients.batch_fetch import BatchFetcher
+from relay.clients.fetch_lanes import IDLE_AFTER, LIGHT_AFTER
 from relay.clients.fetch_session import INVALID_FETCH_SESSION_EPOCH, FetchSession
 from relay.config import ClusterConfig
 
