@@ -93,6 +93,7 @@ class BatchFetcher:
         sessions: bool = False,
         lanes: int = 1,
         idle_wait: float = 0.0,
+        # the pipelined readers' (send/receive): `fetch` sends once, so it leaves it None
         lane_partitions: int | None = None,
         seed: Seed | None = None,  # the driver's metadata of the cluster (relay.clients.seed)
         # unit tests pass a stand-in for kafka-python's network client
