@@ -283,3 +283,45 @@ def _fetch_offsets(
                 found += [(key[1], offset) for offset in record_offsets(batch)]
                 positions[key] = batch.next_offset
     return sorted(found)
+
+
+def test_a_reader_of_many_partitions_fetches_them_in_lanes_taking_turns(
+    broker_factory: BrokerFactory,
+) -> None:
+    """A pipelined fetcher whose lanes hold at most 2 partitions (LANE_PARTITIONS in a relay:
+    500) reads a 7-partition topic through 4 lanes, 2 fetches out at a time, each with its own
+    session on Apache Kafka: every record once, in order, and no request names more than 2."""
+    broker = broker_factory("one")
+    topic = create_topic(broker.bootstrap, unique_topic("lanes"), 7)
+    produce(broker.bootstrap, topic, [Record(b"k", b"v%d" % i, partition=i % 7) for i in range(70)])
+    fetcher = BatchFetcher(
+        ClusterConfig("src", (broker.bootstrap,)), 10, lanes=2, lane_partitions=2, sessions=True
+    )
+    named: list[int] = []  # partitions each request names
+    futures: list[Any] = []  # of every request sent
+    send = fetcher._client.send
+
+    def recording(node: int, request: Any) -> Any:
+        assert sum(not f.is_done for f in futures) < 2  # a third waits for its turn
+        named.append(sum(len(t.partitions) for t in request.topics))
+        futures.append(send(node, request))
+        return futures[-1]
+
+    fetcher._client.send = recording
+    positions = {(topic, p): 0 for p in range(7)}
+    found: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(found) < 70:
+            assert time.monotonic() < deadline, f"{len(found)} of 70 fetched"
+            if not fetcher.busy():
+                fetcher.send(positions)
+            for answer in fetcher.receive(0.5):
+                assert answer.fetched.error is None, answer.fetched.error
+                for batch in split_batches(answer.fetched.data)[0]:
+                    found += [(answer.key[1], o) for o in record_offsets(batch)]
+                    positions[answer.key] = batch.next_offset
+    finally:
+        fetcher.close()
+    assert sorted(found) == [(p, o) for p in range(7) for o in range(10)]
+    assert len(found) == 70 and named and max(named) <= 2
