@@ -134,6 +134,7 @@ def test_two_processes_share_the_partitions_and_a_third_joining_changes_nothing(
     setup.check_exactly_once()
 
 
+@pytest.mark.brokers("kafka")  # long: proved on Apache Kafka alone, the broker users run
 def test_kill_9_of_one_process_hands_its_partitions_to_the_other(setup, tmp_path):
     feeder = Feeder(setup.source.bootstrap, setup.topic, PARTITIONS)
     (a, port_a), (b, port_b) = setup.start(), setup.start()
