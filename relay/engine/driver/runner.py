@@ -381,8 +381,10 @@ class Runner:
         return None
 
     def _should_replan(self, current: Round) -> bool:
+        if not current.replan_due(self.cfg.spark.rebalance_interval):
+            return False
         pending = {r.key for r in self.standing.pending()}
-        return current.replan_pays(self.status.rows(), pending, self.cfg.spark.rebalance_interval)
+        return current.replan_pays(self.status.rows(), pending)
 
     # ---- between rounds ---------------------------------------------------------------------
 

@@ -71,6 +71,9 @@ class Status:
         # followed partitions (`follow`): the health-check answer seen then, older than the
         # new topic
         self._stale: dict[SourcePartition, NodeView | None] = {}
+        # each node's health-check answer whose ends are in the rows: the runner shows the
+        # answers every tick, a new one comes every check (10,000 compares a tick otherwise)
+        self._observed: dict[str, NodeView] = {}
         self._lock = threading.Lock()
 
     def start(
@@ -83,6 +86,7 @@ class Status:
         self.stop_at_end = stops is not None
         now = self.clock()
         with self._lock:
+            self._observed.clear()  # new rows take their ends from the answers already seen
             for route in routes:
                 key = route.key
                 stop = stops.get(key) if stops else None
@@ -222,6 +226,7 @@ class Status:
         be lower, so the first health check answered after this sets them (`observe_nodes`)."""
         with self._lock:
             seen = {view.name: view for view in self.nodes}
+            self._observed.clear()  # the answers already seen are read again, as before
             for route in routes:
                 self._stale[route.key] = seen.get(self.active_node)
                 key, row = route.key, self._rows[route.key]
@@ -287,10 +292,16 @@ class Status:
 
     def rows(self) -> dict[SourcePartition, PartitionRow]:
         """Every partition's row, its rate 0 once stale: a partition that stopped moving is
-        left out of live reports, so its last rate is never measured again."""
+        left out of live reports, so its last rate is never measured again. A stale rate is
+        kept as 0 (its window start stays: the next report measures from there), not made
+        0 again at every call: a copy of the row per partition and call otherwise."""
         now = self.clock()
         with self._lock:
-            return {key: current(row, now) for key, row in self._rows.items()}
+            for key, row in self._rows.items():
+                fresh = current(row, now)
+                if fresh is not row:
+                    self._rows[key] = fresh
+            return dict(self._rows)
 
     def observe_nodes(self, views: list[NodeView], active: str) -> None:
         """Health-check answers: the active node's end offsets keep the lag current."""
@@ -298,8 +309,9 @@ class Status:
         moved = []
         with self._lock:
             for view in views:
-                if view.name != active or not view.up:
+                if view.name != active or not view.up or self._observed.get(view.name) is view:
                     continue
+                self._observed[view.name] = view
                 for key, end in view.ends.items():
                     row = self._rows.get(key)
                     # a followed partition's first new answer sets its end, even lower
