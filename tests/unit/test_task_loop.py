@@ -454,6 +454,32 @@ def test_live_reports_carry_the_partitions_that_moved_and_the_final_one_all() ->
     ]
 
 
+class RisingReader(FakeReader):
+    """Partition 1 gets no record; its high watermark rises at the 4th poll (records another
+    reader of the source cannot see yet, say)."""
+
+    polls = 0
+
+    def poll(self, timeout: float) -> dict[tuple[str, int], list[Rec]]:
+        self.polls += 1
+        return super().poll(timeout)
+
+    def highwater(self, key: tuple[str, int]) -> int:
+        return 150 if key == ROUTES[1].key and self.polls >= 4 else 100
+
+
+def test_a_quiet_partition_is_reported_again_when_only_its_end_moves() -> None:
+    """A live report names the partitions whose report changed (`PartitionState.mark`), a
+    change in what the reader says as much as in what the task did."""
+    reader = RisingReader({ROUTES[0].key: [Rec(offset=o) for o in range(9)], ROUTES[1].key: []})
+    channel = RecordingChannel(reports=8)
+    kafka_run(task((None, None)), reader, FakeProducer(), channel)
+
+    quiet = [p for result in channel.live for p in result.partitions if p.key == ROUTES[1].key]
+    assert [p.highwater for p in quiet] == [100, 150]  # the first report, then the rise once
+    assert all(p.next_offset == 0 and p.produced == 0 for p in quiet)
+
+
 class TimedChannel(RecordingChannel):
     """Stops the loop after `seconds`."""
 

@@ -176,6 +176,31 @@ class PartitionState:
         self.hole = self.hole or bool(getattr(failure, "hole", False))
         return failure
 
+    def mark(self, reader: Reader | None) -> tuple[object, ...]:
+        """What a live report of this partition would say, cheaply: two equal marks, two equal
+        `progress` reports (counts only grow, so their sums stand for them). A task of 5,000
+        quiet partitions built every partition's report for each live report, ~1 in 8 of its
+        stack samples while it waited."""
+        writer = self.writer
+        try:
+            highwater = reader.highwater(self.key) if reader is not None else None
+        except Exception:  # noqa: BLE001 - as in `progress`
+            highwater = None
+        return (
+            self.acked_next,
+            self.consumed,
+            writer.acked,
+            writer.written_bytes,
+            writer.segments,
+            highwater,
+            self.reached_stop,
+            sum(self.filtered.values()),
+            sum(self.filter_errors.values()),
+            reader.waiting(self.key) if reader is not None else None,
+            self.hole,
+            len(self.lost),
+        )
+
     def progress(self, reader: Reader | None, final: bool = False) -> PartitionProgress:
         """The partition's totals; a `final` report also names the runs whose fate is unknown
         (written, never acknowledged)."""

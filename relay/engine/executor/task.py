@@ -16,7 +16,6 @@ write unsupervised).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -86,7 +85,7 @@ class TaskRun:
         self.buffer_limit: int | None = None
         self.throttle = Throttle(None, None)
         self._writing: set[tuple[str, int]] = set()  # partitions with writes not yet durable
-        self._reported: dict[tuple[str, int], PartitionProgress] = {}  # as last reported live
+        self._reported: dict[tuple[str, int], tuple[object, ...]] = {}  # marks last reported
         self._throttled_sent = 0.0  # the seconds throttled the last live report said
 
     def execute(self) -> TaskError | None:
@@ -323,19 +322,32 @@ class TaskRun:
     def live_result(self) -> TaskResult:
         """A report while running, of the partitions whose progress changed since the last
         one: the driver takes cumulative totals, so a partition left out stands still (a task
-        of a thousand partitions, most of them quiet, would send them all twice a second)."""
-        result = self.result(None, 0.0)
-        changed = tuple(p for p in result.partitions if self._reported.get(p.key) != p)
-        self._reported.update((p.key, p) for p in changed)
-        return dataclasses.replace(result, partitions=changed)
+        of a thousand partitions, most of them quiet, would send them all twice a second).
+        Only those partitions' reports are built (`PartitionState.mark`)."""
+        changed = []
+        for key, part in self.parts.items():
+            mark = part.mark(self.reader)
+            if self._reported.get(key) != mark:
+                self._reported[key] = mark
+                changed.append(part.progress(self.reader))
+        return self.result(None, 0.0, partitions=tuple(changed))
 
-    def result(self, error: TaskError | None, elapsed: float, final: bool = False) -> TaskResult:
+    def result(
+        self,
+        error: TaskError | None,
+        elapsed: float,
+        final: bool = False,
+        partitions: tuple[PartitionProgress, ...] | None = None,
+    ) -> TaskResult:
+        """The task's report: every partition's progress unless `partitions` are given."""
         samples, self.latencies[:] = list(self.latencies), []
+        if partitions is None:
+            partitions = tuple(p.progress(self.reader, final) for p in self.parts.values())
         return TaskResult(
             round_id=self.task.round_id,
             task_id=self.task.task_id,
             attempt=self.attempt,
-            partitions=tuple(p.progress(self.reader, final) for p in self.parts.values()),
+            partitions=partitions,
             error=error,
             elapsed=elapsed,
             worker_pid=os.getpid(),
