@@ -4,7 +4,9 @@ Their offsets start over: the copy holds offsets the new topic will reuse. A new
 fewer records than were copied is found by the next fetch (relay.losses: truncated); one that
 already holds more is not, so the topics' IDs (KIP-516) are read at each health-check interval
 and compared with the first ones seen on that node (each cluster of a failover pool has IDs of
-its own). The runner halts the partitions of a topic whose ID changed. A look runs on a
+its own). The runner halts the partitions of a topic whose ID changed. A look is a Metadata
+answer of every partition of the topics: beyond a few thousand partitions the looks are spaced
+further apart (relay.pipelines.spacing: at 10,000 partitions every 5 intervals). A look runs on a
 thread of its own, one at a time: a source that does not answer must not hold the runner's loop
 (and a stop asked meanwhile) for a request timeout; what a look found is returned by the first
 `check` after it ended.
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable
 from relay.clients.kept import ClientCache
 from relay.clients.topic_ids import topic_ids
 from relay.config import ClusterConfig
+from relay.pipelines.spacing import spaced
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +60,17 @@ class RecreatedTopics:
         self._looking = False  # a look is under way (under _lock)
         self._closed = False  # close() came: the look under way closes the client (under _lock)
 
-    def check(self, node: ClusterConfig, topics: Iterable[str]) -> list[tuple[str, str]]:
+    def check(
+        self, node: ClusterConfig, topics: Iterable[str], partitions: int = 0
+    ) -> list[tuple[str, str]]:
         """Topics whose ID on `node` changed since last seen, each change once, with the line
         saying it, as far as the looks that ended know; starts a look (one Metadata request) at most
-        once per interval, never while one is under way, and never waits for it."""
+        once per interval (`spaced` for its `partitions`), never while
+        one is under way, and never waits for it. `topics` is read only when a look starts."""
         now = self.clock()
         if now >= self._next and (self._look is None or not self._look.is_alive()):
-            self._next = now + self.interval
-            wanted, self.started = sorted(topics), self.started + 1
+            self._next = now + spaced(self.interval, partitions)
+            wanted, self.started = sorted(set(topics)), self.started + 1
             number = self.started
             with self._lock:
                 self._looking = True

@@ -23,6 +23,7 @@ from relay.config import ClusterConfig, SourcePoolConfig
 from relay.engine.metrics import Metrics, per_topic
 from relay.engine.pipeline import NodeView
 from relay.errors import ConfigError
+from relay.pipelines.spacing import spaced
 from relay.spec import SourcePartition
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,9 @@ def choose(
 
 
 class NodeMonitor:
-    """Checks every node's end offsets every `healthcheck_interval`, on a driver thread."""
+    """Checks every node's end offsets every `healthcheck_interval`, on a driver thread; with
+    `spread` (checks that only observe) further apart beyond a few thousand partitions
+    (relay.pipelines.spacing)."""
 
     def __init__(
         self,
@@ -96,11 +99,13 @@ class NodeMonitor:
         pool: SourcePoolConfig,
         metrics: Metrics,
         keys: Sequence[SourcePartition] = (),
+        spread: bool = False,
     ):
         self.nodes = list(nodes)
         self.pool = pool
         self.metrics = metrics
         self.keys = list(keys)
+        self.spread = spread
         self._views: dict[str, NodeView] = {n.name: NodeView(n.name, False) for n in nodes}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -177,8 +182,12 @@ class NodeMonitor:
             answers[node.name] = exc
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.pool.healthcheck_interval):
+        while not self._stop.wait(self.interval()):
             self.check_now()
+
+    def interval(self) -> float:
+        interval = self.pool.healthcheck_interval
+        return spaced(interval, len(self.keys)) if self.spread else interval
 
     def _check(self, node: ClusterConfig) -> NodeView:
         cache, lock = self._clients[node.name]
@@ -244,8 +253,9 @@ class SourcePool:
         self.metrics = metrics
         self.active = self.nodes[0]
         # Single mode checks its one node too, to observe (node-up gauge, source end offsets
-        # for lag, /healthz); only failover mode acts on the checks.
-        self.monitor = NodeMonitor(self.nodes, pool, metrics)
+        # for lag, /healthz; the tasks' fetches report the ends too): only failover mode acts
+        # on the checks, and only its checks keep the interval at any number of partitions.
+        self.monitor = NodeMonitor(self.nodes, pool, metrics, spread=not failover)
 
     def describe_all(self) -> str:
         return "; ".join(describe(node) for node in self.nodes)

@@ -103,8 +103,12 @@ class FromSources(Pipeline):
         return self.recreations.done
 
     def recreated(self) -> list[tuple[str, str]]:
-        topics = {route.topic for route in getattr(self, "routes", [])}
-        return self.recreations.check(self.pool.active, topics) if topics else []
+        routes = getattr(self, "routes", [])
+        if not routes:
+            return []
+        # the topics are read only when a look starts: a set of 10,000 routes' topics a tick
+        topics = (route.topic for route in routes)
+        return self.recreations.check(self.pool.active, topics, len(routes))
 
     def wants_switch(self, nexts: dict[SourcePartition, int]) -> bool:
         try:

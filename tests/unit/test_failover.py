@@ -12,6 +12,7 @@ from relay.pipelines.source_pool import (
     Decision,
     NodeMonitor,
     NodeView,
+    SourcePool,
     best_ends,
     can_serve,
     choose,
@@ -92,6 +93,18 @@ def test_a_node_is_asked_afresh_after_a_failed_check_and_its_gauges_follow(monke
     labels = {"node": "a", "topic": "t", "partition": "1"}
     assert end("ktm_source_node_end_offset", labels) == 9
     assert end("ktm_source_node_end_offset", {**labels, "partition": "0"}) == 5
+
+
+def test_checks_that_only_observe_are_spaced_beyond_a_few_thousand_partitions() -> None:
+    """Single mode's checks (`spread`) list every partition's offsets only to observe: at
+    10,000 partitions every 5 intervals. Failover's keep the interval: they decide switches."""
+    keys = [("t", p) for p in range(10_000)]
+    pool, node = SourcePoolConfig(healthcheck_interval=3.0), [ClusterConfig("a", ("h:1",))]
+    assert NodeMonitor(node, pool, Metrics(), keys, spread=True).interval() == 15.0
+    assert NodeMonitor(node, pool, Metrics(), keys[:2_000], spread=True).interval() == 3.0
+    assert NodeMonitor(node, pool, Metrics(), keys).interval() == 3.0
+    assert SourcePool(node, pool, Metrics(), failover=False).monitor.spread
+    assert not SourcePool(node * 2, pool, Metrics(), failover=True).monitor.spread
 
 
 def test_a_topic_counts_the_partitions_every_answering_node_has(monkeypatch) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 
 from relay.config import ClusterConfig
 from relay.pipelines.recreated import RecreatedTopics
+from relay.pipelines.spacing import SPACED_PAST
 
 DC1, DC2 = ClusterConfig("dc1", ("a:1",)), ClusterConfig("dc2", ("b:1",))
 
@@ -54,6 +55,30 @@ def test_a_node_that_does_not_answer_is_asked_again_at_the_next_interval() -> No
         raise ConnectionError("down")
 
     assert RecreatedTopics(3.0, 2.0, read, Clock(), at_once).check(DC1, ["orders"]) == []
+
+
+def test_looks_at_many_partitions_are_spaced_in_proportion() -> None:
+    """A look decodes every partition of the topics: beyond SPACED_PAST the interval
+    stretches (10,000 partitions: every 5 intervals), and the topics are read only for a look."""
+    asked: list[float] = []
+    clock = Clock()
+
+    def read(node: ClusterConfig, topics: Iterable[str], timeout: float) -> dict[str, str]:
+        asked.append(clock.now)
+        return {"orders": "id-1"}
+
+    def topics() -> Iterable[str]:
+        read_topics.append(clock.now)
+        yield from ["orders", "orders"]
+
+    read_topics: list[float] = []
+    watch = RecreatedTopics(3.0, 2.0, read, clock, at_once)
+    for clock.now in (0.0, 3.0, 14.0, 15.0, 18.0):
+        watch.check(DC1, topics(), partitions=5 * SPACED_PAST)
+    assert asked == read_topics == [0.0, 15.0]
+    for clock.now in (30.0, 33.0):
+        watch.check(DC1, topics(), partitions=SPACED_PAST)  # fewer: the interval itself
+    assert asked == [0.0, 15.0, 30.0, 33.0]
 
 
 def test_a_look_that_hangs_never_holds_the_caller_and_reports_when_it_ends() -> None:

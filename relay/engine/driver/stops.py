@@ -85,7 +85,7 @@ class Stops:
         halt where they were copied up to, or wait to be followed."""
         looked = self.pipeline.looked()  # before: what a look found is set before its number
         found = self.pipeline.recreated()
-        nexts = self.status.next_offsets()
+        nexts = self.status.next_offsets() if found else {}  # copied only when needed
         for topic, line in found:
             mine = [r for r in routes if r.topic == topic]
             if self.pipeline.follows_recreated:
