@@ -670,3 +670,17 @@ def test_following_a_truncation_no_recreation_explains_is_counted_lost_after_the
     labels = {"source_topic": "t", "source_partition": "0", "cause": "truncated"}
     assert run.metrics.registry.get_sample_value(LOST, labels) == 50
     assert [(h["source_partition"], h["offset"]) for h in summary.halted] == [(0, 50)]
+
+
+def test_a_replan_is_weighed_only_when_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner asks every tick; the rows a re-plan is weighed on (a pass over every
+    partition) are read only when `replan_due`: a task done, or the interval gone by."""
+    now = [100.0]
+    monkeypatch.setattr(rounds.time, "monotonic", lambda: now[0])
+    current = rounds.Round(1, [(("t", 0),), (("t", 1),)], FakeJob([]), last_replan_check=100.0)
+    now[0] = 129.0
+    assert not current.replan_due(30.0)
+    now[0] = 130.0
+    assert current.replan_due(30.0) and not current.replan_due(30.0)  # once per interval
+    current.finished[0] = TaskResult(1, 0, 0, ())
+    assert current.replan_due(30.0) and not current.replan_due(30.0)  # once per task done
