@@ -75,7 +75,7 @@ def measure(
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in builds}
     if args.loop:
         runs["loop"] = []
-    sent = 0
+    sent, loop_group = 0, f"loop-{uuid.uuid4().hex[:8]}"
     for run in range(args.runs):
         for name, tree in builds.items():
             sent += _one_each(src, names)
@@ -83,10 +83,13 @@ def measure(
             runs[name].append(_idle(args, command, env, partial(_holds, dst, names, sent)))
             print(f"{name} run {run}: {runs[name][-1]}", flush=True)
         if args.loop:
-            command, env = _loop(args.workdir / f"loop-{run}", src, loop_dst, names)
-            # Tansu lists a partition's end as its last batch's base + 1 and the loop's copy
-            # has batches of several records: every partition holding one is what can be seen
-            through = partial(_holds, loop_dst, names, 1, per_partition=True)
+            command, env = _loop(args.workdir / f"loop-{run}", src, loop_dst, names, loop_group)
+            # One group for every run: each copies what came since (one run began measuring
+            # while it still copied the earlier runs' records). Tansu lists a partition's end
+            # as its last batch's base + 1 and the loop's batches hold several records: the
+            # last batch begun on every partition is what can be seen there.
+            each = sent // (args.topics * PARTITIONS)
+            through = partial(_holds, loop_dst, names, each - len(builds) + 1, per_partition=True)
             runs["loop"].append(_idle(args, command, env, through))
             print(f"loop run {run}: {runs['loop'][-1]}", flush=True)
     return runs
@@ -148,10 +151,9 @@ def _ktm(stem: Path, tree: str, src: str, dst: str, names: list[str]) -> tuple[l
     return [ktm_executable(), "relay", "--config", str(config), "--no-progress"], env
 
 
-def _loop(stem: Path, src: str, dst: str, names: list[str]) -> tuple[list[str], dict]:
+def _loop(stem: Path, src: str, dst: str, names: list[str], group: str) -> tuple[list[str], dict]:
     pairs = stem.with_suffix(".json")
     pairs.write_text(json.dumps([[n, n, PARTITIONS] for n in names]))
-    group = f"loop-{uuid.uuid4().hex[:8]}"
     command = [sys.executable, "-m", "scripts.bench.loops", "tuned", "--src", src, "--dst", dst,
                "--pairs", str(pairs), "--group", group, "--follow"]  # fmt: skip
     return command, {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
