@@ -65,8 +65,8 @@ class RecreatedTopics:
     ) -> list[tuple[str, str]]:
         """Topics whose ID on `node` changed since last seen, each change once, with the line
         saying it, as far as the looks that ended know; starts a look (one Metadata request) at most
-        once per interval (`spaced` for its `partitions`), never while
-        one is under way, and never waits for it. `topics` is read only when a look starts."""
+        once per interval (`spaced` for its `partitions`), never while one is under way, and
+        never waits for it. `topics` is read only when a look starts."""
         now = self.clock()
         if now >= self._next and (self._look is None or not self._look.is_alive()):
             self._next = now + spaced(self.interval, partitions)

@@ -182,17 +182,13 @@ class PartitionState:
         quiet partitions built every partition's report for each live report, ~1 in 8 of its
         stack samples while it waited."""
         writer = self.writer
-        try:
-            highwater = reader.highwater(self.key) if reader is not None else None
-        except Exception:  # noqa: BLE001 - as in `progress`
-            highwater = None
         return (
             self.acked_next,
             self.consumed,
             writer.acked,
             writer.written_bytes,
             writer.segments,
-            highwater,
+            self._highwater(reader),
             self.reached_stop,
             sum(self.filtered.values()),
             sum(self.filter_errors.values()),
@@ -204,10 +200,7 @@ class PartitionState:
     def progress(self, reader: Reader | None, final: bool = False) -> PartitionProgress:
         """The partition's totals; a `final` report also names the runs whose fate is unknown
         (written, never acknowledged)."""
-        try:
-            highwater = reader.highwater(self.key) if reader is not None else None
-        except Exception:  # noqa: BLE001 - a gauge, never worth failing for
-            highwater = None
+        highwater = self._highwater(reader)
         writer = self.writer
         return PartitionProgress(
             key=self.key,
@@ -225,3 +218,10 @@ class PartitionState:
             unsure=writer.unacknowledged() if final else (),
             lost=tuple(self.lost),
         )
+
+    def _highwater(self, reader: Reader | None) -> int | None:
+        """The end the reader last saw; None without one or when it cannot say."""
+        try:
+            return reader.highwater(self.key) if reader is not None else None
+        except Exception:  # noqa: BLE001 - a gauge, never worth failing for
+            return None
