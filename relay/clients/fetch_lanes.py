@@ -55,6 +55,8 @@ class Lanes:
         self._empty: dict[Where, int] = {}  # each lane's answers in a row with no data
         self._light: dict[Where, int] = {}  # ... with less than min_bytes
         self._light_nodes: set[int] = set()  # brokers whose partitions go in one lane
+        # each broker's last `keys` (the same list while they stay the same), width and lanes
+        self._grouped: dict[int, tuple[list[TP], int, dict[int, list[TP]]]] = {}
 
     def to_send(self, node: int, keys: list[TP], out: Collection[Where]) -> dict[int, list[TP]]:
         """The lanes of `node` to send a fetch to now, each with its partitions of `keys`:
@@ -64,7 +66,7 @@ class Lanes:
         width = self._width_of(node, len(keys), out)
         if width is None:
             return {}  # its lanes change once its fetches on the wire are answered
-        lanes = self._by_lane(keys, width)
+        lanes = self._lanes_of(node, keys, width)
         self._known.update((node, lane) for lane in lanes)
         room = self._in_flight - sum(1 for where in out if where[0] == node)
         first = self._next.get(node, 0)
@@ -100,6 +102,16 @@ class Lanes:
         lanes = [w for w in self._known if w[0] == node]
         if len(lanes) > 1 and all(self._light.get(w, 0) >= LIGHT_AFTER for w in lanes):
             self._light_nodes.add(node)
+
+    def _lanes_of(self, node: int, keys: list[TP], width: int) -> dict[int, list[TP]]:
+        """`_by_lane`, kept while the fetcher hands the same list of the node's partitions
+        (its grouping by leader is kept too) and the width stays."""
+        grouped = self._grouped.get(node)
+        if grouped is not None and grouped[0] is keys and grouped[1] == width:
+            return grouped[2]
+        lanes = self._by_lane(keys, width)
+        self._grouped[node] = (keys, width, lanes)
+        return lanes
 
     def _by_lane(self, keys: list[TP], width: int) -> dict[int, list[TP]]:
         """A node's partitions in `width` groups: a partition keeps its lane (one fetch at a

@@ -30,17 +30,30 @@ class FakeNet:
         default_factory=lambda: {(T, 0): 1, (T, 1): 2, (T, 2): 1}
     )
 
+    listeners: list[Any] = field(default_factory=list)
+    leader_asked: int = 0  # calls of leader_for_partition
+
     @property
     def cluster(self) -> Any:
-        leaders = self.leaders
         return SimpleNamespace(
             partitions_for_topic=lambda topic: {0, 1, 2} if topic == T else None,
             topics=lambda: {T},
             set_topics=lambda topics: Future().success(None),
-            leader_for_partition=lambda tp: leaders.get((tp.topic, tp.partition)),
+            leader_for_partition=self._leader,
+            add_listener=self.listeners.append,
             request_update=lambda: None,
             broker_metadata=lambda node: SimpleNamespace(host=f"10.0.0.{node}", port=9092),
         )
+
+    def _leader(self, tp: Any) -> int | None:
+        self.leader_asked += 1
+        return self.leaders.get((tp.topic, tp.partition))
+
+    def move(self, key: tuple[str, int], leader: int) -> None:
+        """A metadata update that moves a partition's leader."""
+        self.leaders[key] = leader
+        for listener in self.listeners:
+            listener(self.cluster)
 
     def send(self, node: int, request: Any) -> Future:
         future = Future()
@@ -302,6 +315,33 @@ def test_a_partition_without_a_known_leader_and_nothing_on_the_wire_polls_for_me
     net.answer(0, {0: b""})
     f.receive(0.01)
     assert f.send({(T, 2): 0}) == [] and [named(r) for r in net.to(1)][-1] == {(T, 2): 0}
+
+
+def test_the_partitions_are_grouped_by_leader_again_only_when_they_or_the_metadata_change(net):
+    """An idle task of thousands of partitions sends several times a second: their leaders
+    are looked up once, and again after a metadata update or a change of partitions."""
+    f = fetcher(net)
+    positions = {(T, 0): 5, (T, 1): 7, (T, 2): 9}
+    f.send(positions)
+    for index in range(2):
+        net.answer(index, {})
+    f.receive(0.0)
+    asked = net.leader_asked
+    f.send(positions)
+    assert net.leader_asked == asked and len(net.sent) == 4  # both brokers asked, no look-up
+
+    net.move((T, 1), 1)  # partition 1 now led by broker 1
+    for index in (2, 3):
+        net.answer(index, {})
+    f.receive(0.0)
+    f.send(positions)
+    assert net.leader_asked == asked + 3
+    assert [named(r) for r in net.to(1)][-1] == positions and len(net.to(2)) == 2
+
+    net.answer(4, {})
+    f.receive(0.0)
+    f.send({(T, 0): 6})  # partitions 1 and 2 reached their stops
+    assert net.leader_asked == asked + 4 and named(net.to(1)[-1]) == {(T, 0): 6}
 
 
 def test_fetch_waits_for_its_answers_and_times_out_the_rest(net):
