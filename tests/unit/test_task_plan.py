@@ -3,7 +3,18 @@ only when it pays."""
 
 from __future__ import annotations
 
-from relay.engine.driver.task_plan import Load, busiest, plan_tasks, task_index, worth_replanning
+from dataclasses import replace
+
+from relay.engine.driver.rows import PartitionRow
+from relay.engine.driver.task_plan import (
+    Load,
+    busiest,
+    load_of,
+    plan_tasks,
+    task_index,
+    worth_replanning,
+)
+from relay.spec import PartitionRoute
 
 
 def loads(*backlogs: int, topic: str = "t") -> list[Load]:
@@ -66,3 +77,24 @@ def test_replanning_does_not_pay_for_a_small_remainder_or_a_balanced_plan() -> N
     # a rate not measured yet (0) counts as a typical one, not as "forever"
     unknown = {load.key: load for load in loads(20_000, 20_000)}
     assert not worth_replanning([(("t", 0), ("t", 1)), ()], unknown, 2, rate_per_task=0.0)
+
+
+def test_a_bounded_copy_weighs_only_what_is_left_before_each_stop() -> None:
+    """--stop-at-end: one task done, the other's two partitions 50k records from their stops
+    at 165k records/s each. Counting their rate as records still to come made the remainder
+    look like 3.4M records, and a bounded copy stopped and re-planned its last round."""
+    done = [row(p, next_offset=1_000_000, stop=1_000_000, rate=0.0) for p in (2, 3)]
+    busy = [row(p, next_offset=950_000, stop=1_000_000, rate=165_000.0) for p in (0, 1)]
+    current = [(("t", 0), ("t", 1)), ()]
+    bounded = {r.route.key: load_of(r) for r in busy + done}
+    assert [bounded[("t", p)].weight for p in range(4)] == [50_001, 50_001, 1, 1]
+    assert not worth_replanning(current, bounded, 2, rate_per_task=165_000)
+
+    # the same partitions with no stop: their rate is records still coming, worth a re-plan
+    live = {r.route.key: load_of(replace(r, stop=None)) for r in busy}
+    assert worth_replanning(current, live, 2, rate_per_task=165_000)
+
+
+def row(partition: int, *, next_offset: int, stop: int, rate: float) -> PartitionRow:
+    route = PartitionRoute("t", partition, "t-copy", partition)
+    return PartitionRow(route, next_offset, end=stop, stop=stop, rate=rate)

@@ -20,7 +20,7 @@ from relay.engine.driver.retry import RetriableRoundError
 from relay.engine.driver.rows import PartitionRow
 from relay.engine.driver.seams import Channel, Job
 from relay.engine.driver.status import Status
-from relay.engine.driver.task_plan import Load, TaskPlan, worth_replanning
+from relay.engine.driver.task_plan import TaskPlan, load_of, worth_replanning
 from relay.engine.metrics import Metrics
 from relay.errors import RelayError
 from relay.spec import SourcePartition, TaskResult
@@ -108,7 +108,7 @@ class Round:
     ) -> bool:
         """Whether a fresh plan finishes the work clearly sooner (asked once `replan_due`)."""
         live = [tuple(k for k in task if k in pending) for task in self.tasks]
-        loads = {k: Load(k, rows[k].lag or 0, rows[k].rate) for k in pending}
+        loads = {k: load_of(rows[k]) for k in pending}
         rate = max(sum(row.rate for row in rows.values()) / max(len(live), 1), 1.0)
         return worth_replanning(live, loads, len(self.tasks), rate)
 

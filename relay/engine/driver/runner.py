@@ -34,7 +34,7 @@ from relay.engine.driver.sidecar import Sidecar, Sidecars
 from relay.engine.driver.standing import Standing
 from relay.engine.driver.status import Status
 from relay.engine.driver.summary import RunSummary, summarize
-from relay.engine.driver.task_plan import Load, TaskPlan, TaskPlanner
+from relay.engine.driver.task_plan import TaskPlan, TaskPlanner, load_of
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import Pipeline, Progress
 from relay.errors import KtmError, RelayError, StoppedWhileWaiting
@@ -304,9 +304,7 @@ class Runner:
 
     def _plan(self, todo: list[PartitionRoute], slots: int) -> TaskPlan:
         rows = self.status.rows()
-        return self.tasks.plan(
-            [Load(r.key, rows[r.key].lag or 0, rows[r.key].rate) for r in todo], slots
-        )
+        return self.tasks.plan([load_of(rows[r.key]) for r in todo], slots)
 
     # ---- while a round runs (main thread, channel thread, membership thread) ------------
 
