@@ -6,7 +6,8 @@ run by the ktm of this venv; its Spark workers get the package of that tree.
     python -m scripts.bench.ab_builds --build old=/tmp/old --build new=. --records 40000 --runs 5
 
 Prints each run and the median (min-max) per build. Tansu brokers; the far one sits behind
-testbed/link.py's proxy, its delay off while the data is produced and the copies counted.
+testbed/link.py's proxy, its delay off while the data is produced and the copies counted
+(`--far neither`: no proxy, both brokers on loopback, for changes to a local copy).
 """
 
 from __future__ import annotations
@@ -33,13 +34,17 @@ def main() -> None:
     parser.add_argument("--build", action="append", required=True, help="name=source tree")
     parser.add_argument("--records", type=int, default=40_000)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--far", choices=("source", "target"), default="source")
+    parser.add_argument(
+        "--far", choices=("source", "target", "neither"), default="source",
+        help="the side behind the delayed link; neither: two plain brokers",
+    )  # fmt: skip
     parser.add_argument("--one-way", type=float, default=0.12, help="seconds of delay each way")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/ktm-ab"))
     args = parser.parse_args()
     builds = dict(spec.split("=", 1) for spec in args.build)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    far = FarBroker("ab-far", log_dir=args.workdir).start()
+    broker = TansuBroker if args.far == "neither" else FarBroker
+    far = broker("ab-far", log_dir=args.workdir).start()
     near = TansuBroker("ab-near", log_dir=args.workdir).start()
     try:
         times = compare(args, builds, far, near)
@@ -51,8 +56,12 @@ def main() -> None:
 
 
 def compare(
-    args: argparse.Namespace, builds: dict[str, str], far: FarBroker, near: TansuBroker
+    args: argparse.Namespace,
+    builds: dict[str, str],
+    far: FarBroker | TansuBroker,
+    near: TansuBroker,
 ) -> dict[str, list[float]]:
+    delay = far.link.set_delay if isinstance(far, FarBroker) else lambda seconds: None
     source, target = (far.bootstrap, near.bootstrap)
     if args.far == "target":
         source, target = target, source
@@ -65,10 +74,10 @@ def compare(
     for run in range(args.runs):
         for name, tree in builds.items():
             copy = create_topic(target, f"ab-copy-{uuid.uuid4().hex[:8]}", PARTITIONS)
-            far.link.set_delay(args.one_way)
+            delay(args.one_way)
             took, rc = relay_once(args.workdir / f"{name}-{run}", tree, source, target, topic, copy)
-            far.link.set_delay(0)
-            count = record_count(target, copy)
+            delay(0)
+            count = record_count(target, copy, timeout=30 + args.records / 20_000)
             print(f"{name} run {run}: exit {rc}, {took:.2f} s, {count:,} records", flush=True)
             if rc != 0 or count != args.records:
                 raise SystemExit(f"{name} run {run} failed: see {args.workdir}/{name}-{run}.log")
