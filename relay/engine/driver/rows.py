@@ -41,6 +41,11 @@ class PartitionRow:
     def lag(self) -> int | None:
         return None if self.end is None else max(0, self.end - self.next_offset)
 
+    @property
+    def remaining(self) -> int | None:
+        """Records left before its --stop-at-end target; None without one."""
+        return None if self.stop is None else max(0, self.stop - self.next_offset)
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -77,7 +82,7 @@ class Snapshot:
         """Records left to the --stop-at-end targets of the partitions this process relays."""
         if not self.stop_at_end:
             return None
-        return sum(max(0, (row.stop or 0) - row.next_offset) for row in self.owned)
+        return sum(row.remaining or 0 for row in self.owned)
 
 
 def current(row: PartitionRow, now: float) -> PartitionRow:

@@ -43,9 +43,9 @@ def load_of(row: PartitionRow) -> Load:
     it and nothing more: counted with HORIZON seconds of its rate, the last task of a bounded
     copy at ~330k records/s a partition looked 3.3M records from done and its partitions were
     re-planned (a round stopped and started again) with ~100k records left."""
-    key = row.route.key
-    if row.stop is not None:
-        return Load(key, max(0, row.stop - row.next_offset))
+    key, remaining = row.route.key, row.remaining
+    if remaining is not None:
+        return Load(key, remaining)
     return Load(key, row.lag or 0, row.rate)
 
 
