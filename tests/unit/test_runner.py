@@ -25,6 +25,7 @@ from relay.config import (
 )
 from relay.engine.channel import Report
 from relay.engine.driver import rounds
+from relay.engine.driver.rows import PartitionRow
 from relay.engine.driver.runner import Runner
 from relay.engine.driver.seams import WarmSpec
 from relay.engine.metrics import Metrics
@@ -684,3 +685,24 @@ def test_a_replan_is_weighed_only_when_due(monkeypatch: pytest.MonkeyPatch) -> N
     assert current.replan_due(30.0) and not current.replan_due(30.0)  # once per interval
     current.finished[0] = TaskResult(1, 0, 0, ())
     assert current.replan_due(30.0) and not current.replan_due(30.0)  # once per task done
+
+
+def test_a_bounded_copy_near_its_end_is_not_replanned_on_a_stale_remainder() -> None:
+    """Task 0 is done; task 1's rows are a report behind (75k left on each of its partitions)
+    and no rate is measured yet. At the tasks' own pace this round (a task got through 140k
+    records in 0.7 s) that remainder is under a second of work: not worth a re-plan. Without
+    reports it is weighed at an assumed rate, where it looks long enough to re-plan."""
+    plan = [(KEYS[0], KEYS[1]), (KEYS[2], KEYS[3])]
+    rows = {
+        r.key: PartitionRow(r, 150_000 if r.partition < 2 else 75_000, 150_000, 150_000)
+        for r in ROUTES
+    }
+    pending = {KEYS[2], KEYS[3]}
+    silent = rounds.Round(1, plan, FakeJob([]))
+    assert silent.replan_pays(rows, pending)
+
+    current = rounds.Round(1, plan, FakeJob([]))
+    done = tuple(PartitionProgress(k, 150_000, consumed=70_000) for k in plan[0])
+    current.on_report(Report(1, 0, 0, TaskResult(1, 0, 0, done, elapsed=0.7), final=True))
+    assert current.pace() == pytest.approx(200_000)
+    assert not current.replan_pays(rows, pending)

@@ -35,6 +35,9 @@ START_GRACE = 30.0  # a task not started after this long has no slot (the cluste
 # seconds a failed round's tasks get to end before the partitions are read again (Spark kills a
 # cancelled task's worker after spark.python.task.killTimeout, 2 s, checked every 2 s)
 QUIET_WAIT = 30.0
+# A task's pace (records it relayed over its seconds) is read from at least this long: over less,
+# one big first batch reads as a pace no task keeps.
+PACE_MIN_SECONDS = 0.5
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Round:
     # Final reports by task id, as they arrive over the channel (before the job ends).
     finished: dict[int, TaskResult] = field(default_factory=dict)
     heard: dict[int, float] = field(default_factory=dict)  # task id -> its last report
+    latest: dict[int, TaskResult] = field(default_factory=dict)  # task id -> its last totals
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_report(self, report: Report) -> None:
@@ -59,6 +63,7 @@ class Round:
             return
         with self._lock:
             self.heard[report.task_id] = time.monotonic()
+            self.latest[report.task_id] = report.result
             if report.final:
                 self.finished[report.task_id] = report.result
 
@@ -106,11 +111,29 @@ class Round:
     def replan_pays(
         self, rows: Mapping[SourcePartition, PartitionRow], pending: set[SourcePartition]
     ) -> bool:
-        """Whether a fresh plan finishes the work clearly sooner (asked once `replan_due`)."""
+        """Whether a fresh plan finishes the work clearly sooner (asked once `replan_due`).
+
+        The work left is turned into seconds at the faster of the partitions' measured rate
+        and the tasks' own pace this round. Early in a round no rate is measured yet (it takes
+        RATE_WINDOW), and a task that is done leaves the others' rows up to a report behind:
+        at an assumed rate that stale remainder of a bounded copy looked seconds long, and a
+        300k-record copy stopped its round at 283k to re-plan the last 17k."""
         live = [tuple(k for k in task if k in pending) for task in self.tasks]
         loads = {k: load_of(rows[k]) for k in pending}
-        rate = max(sum(row.rate for row in rows.values()) / max(len(live), 1), 1.0)
-        return worth_replanning(live, loads, len(self.tasks), rate)
+        measured = sum(row.rate for row in rows.values()) / max(len(live), 1)
+        return worth_replanning(live, loads, len(self.tasks), max(measured, self.pace(), 1.0))
+
+    def pace(self) -> float:
+        """Source records per second of this round's fastest task, from its last report."""
+        with self._lock:
+            results = list(self.latest.values())
+        return max(
+            (
+                sum(p.consumed for p in r.partitions) / max(r.elapsed, PACE_MIN_SECONDS)
+                for r in results
+            ),
+            default=0.0,
+        )
 
     def ask_to_stop(self, reason: str, channel: Channel) -> None:
         if self.stop_reason is None:
