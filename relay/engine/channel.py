@@ -15,6 +15,9 @@ plus a poll interval. Measured by `python -m scripts.bench --sections channel`.
 
 The lease is what keeps a cut-off task from writing: a task that has not heard from the driver
 for `lease` seconds (driver frozen, killed, or partitioned away) stops producing on its own.
+A *held* round's tasks get a hold instead: they may read ahead, but write nothing until a lease
+comes (the first round of a new group, planned while the broker holds the group's first join,
+relay.engine.driver.held); a hold not renewed in time ends the task like a lease.
 """
 
 from __future__ import annotations
@@ -95,8 +98,8 @@ class Report:
 
 class ControlServer:
     """Accepts task connections, hands their reports to `on_report`, renews the leases of a
-    round's tasks while `lease_for(round)` grants one, and tells every task of a round to stop
-    when asked."""
+    round's tasks while `lease_for(round)` grants one (else holds them while `hold_for(round)`
+    grants that), and tells every task of a round to stop when asked."""
 
     def __init__(
         self,
@@ -106,12 +109,14 @@ class ControlServer:
         lease_for: Callable[[int], float | None],
         on_report: Callable[[Report], None],
         renew_every: float = 0.5,
+        hold_for: Callable[[int], float | None] = lambda _: None,
     ):
         self._token = token
         self._renew_every = renew_every
         # Seconds of writing granted to a round's tasks, or None: no renewal (the driver lost
         # its right to write those partitions).
         self.lease_for = lease_for
+        self.hold_for = hold_for  # seconds of reading ahead without writing, or None
         self._on_report = on_report
         self._lock = threading.Lock()
         self._conns: dict[tuple[int, int, int], socket.socket] = {}
@@ -138,6 +143,11 @@ class ControlServer:
         """Tell every task of the round to stop (and any that connects later)."""
         with self._lock:
             self._stopped_rounds.add(round_id)
+        self.renew(round_id)
+
+    def renew(self, round_id: int) -> None:
+        """Answer every task of the round now (a held round's lease, granted)."""
+        with self._lock:
             conns = [c for (r, _, _), c in self._conns.items() if r == round_id]
         for conn in conns:
             self._answer(conn, round_id)
@@ -216,6 +226,8 @@ class ControlServer:
         lease = None if stop else self.lease_for(round_id)
         if lease is not None:
             answer["lease"] = lease
+        elif not stop and (hold := self.hold_for(round_id)) is not None:
+            answer["hold"] = hold
         try:
             _send(conn, answer)
         except OSError as exc:
@@ -256,6 +268,8 @@ class ChannelClient:
         self._sock.settimeout(SEND_TIMEOUT)
         # No lease until the driver grants one: a task never writes on its own authority.
         self._lease_until = float("-inf")
+        self._hold_until = float("-inf")  # a held round's task reads ahead until then
+        self._leased = threading.Event()
         self._answered = threading.Event()
         self._stop = threading.Event()
         self._closed = threading.Event()
@@ -270,9 +284,20 @@ class ChannelClient:
 
     @property
     def should_stop(self) -> bool:
-        if not self._stop.is_set() and time.monotonic() > self._lease_until:
+        if not self._stop.is_set() and time.monotonic() > self._granted_until:
             self._halt("the driver's lease ran out", lost=True)
         return self._stop.is_set()
+
+    @property
+    def _granted_until(self) -> float:
+        return max(self._lease_until, self._hold_until)
+
+    def wait_writable(self, timeout: float) -> bool:
+        """True once a lease was granted (a held task waits for it before its first write);
+        False after `timeout` or a stop."""
+        if self._stop.is_set():
+            return False
+        return self._leased.wait(timeout) and not self.should_stop
 
     def report(self, result: TaskResult, final: bool = False) -> None:
         try:
@@ -295,6 +320,10 @@ class ChannelClient:
             for message in _lines(self._sock, self._closed):
                 if "lease" in message:
                     self._lease_until = time.monotonic() + _float(message["lease"])
+                    self._hold_until = float("-inf")  # a lease, once granted, alone counts
+                    self._leased.set()
+                if "hold" in message:
+                    self._hold_until = time.monotonic() + _float(message["hold"])
                 if message.get("stop"):
                     self._halt("the driver asked to stop")
                 self._answered.set()
@@ -309,3 +338,4 @@ class ChannelClient:
         if not self._stop.is_set():
             self.reason, self.lost = reason, lost
             self._stop.set()
+            self._leased.set()  # wakes a held task's wait: it must end, not write

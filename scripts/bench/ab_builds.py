@@ -40,6 +40,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--one-way", type=float, default=0.12, help="seconds of delay each way")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/ktm-ab"))
+    parser.add_argument(
+        "--ktm-arg", action="append", default=[],
+        help="an extra argument for every ktm run, e.g. --ktm-arg=--debug (its log in WORKDIR)",
+    )  # fmt: skip
     args = parser.parse_args()
     builds = dict(spec.split("=", 1) for spec in args.build)
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -75,7 +79,8 @@ def compare(
         for name, tree in builds.items():
             copy = create_topic(target, f"ab-copy-{uuid.uuid4().hex[:8]}", PARTITIONS)
             delay(args.one_way)
-            took, rc = relay_once(args.workdir / f"{name}-{run}", tree, source, target, topic, copy)
+            stem = args.workdir / f"{name}-{run}"
+            took, rc = relay_once(stem, tree, (source, target, topic, copy), args.ktm_arg)
             delay(0)
             count = record_count(target, copy, timeout=30 + args.records / 20_000)
             print(f"{name} run {run}: exit {rc}, {took:.2f} s, {count:,} records", flush=True)
@@ -86,8 +91,9 @@ def compare(
 
 
 def relay_once(
-    stem: Path, tree: str, source: str, target: str, topic: str, copy: str
+    stem: Path, tree: str, pair: tuple[str, str, str, str], extra: list[str]
 ) -> tuple[float, int]:
+    source, target, topic, copy = pair
     config = stem.with_suffix(".toml")
     config.write_text(
         f'[app]\nmetrics_addr = ""\ngroup_id = "ab-{uuid.uuid4().hex[:8]}"\n'
@@ -97,6 +103,7 @@ def relay_once(
     )
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "KTM_LOG_DIR": str(stem.parent)}
     command = [ktm_executable(), "relay", "--config", str(config), "--stop-at-end", "--no-progress"]
+    command += extra
     with stem.with_suffix(".log").open("w") as log:
         began = time.monotonic()
         rc = subprocess.run(command, env=env, stdout=log, stderr=log, cwd=stem.parent).returncode

@@ -109,6 +109,41 @@ def test_a_task_never_writes_without_a_first_lease(server) -> None:
     client.close()
 
 
+def test_a_held_task_reads_on_writes_nothing_and_writes_once_its_lease_is_pushed(server) -> None:
+    """A held round's task (planned before the group's first assignment) hears a hold, not a
+    lease: it keeps running but may not write; the lease the driver then grants reaches it at
+    once (`renew`), not at the next renewal."""
+    server.leases["lease"], server.hold_for = None, lambda _: 2.0
+    client = ChannelClient(server.address, hello())
+    assert not client.should_stop
+    assert not client.wait_writable(0.2)
+    wait(lambda: server.connected(1) == 1)
+    server.leases["lease"] = 2.0
+    began = time.monotonic()
+    server.renew(1)
+    assert client.wait_writable(1.0) and time.monotonic() - began < 0.2
+    assert not client.should_stop
+    client.close()
+
+
+def test_a_hold_not_renewed_runs_out_and_a_stopped_held_task_never_may_write(server) -> None:
+    server.leases["lease"], server.hold_for = None, lambda _: 0.3
+    client = ChannelClient(server.address, hello())
+    server.hold_for = lambda _: None  # the driver no longer answers for the round
+    client.report(result())
+    time.sleep(0.5)
+    assert client.should_stop and client.lost
+    assert not client.wait_writable(0.1)
+    client.close()
+
+    server.hold_for = lambda _: 2.0
+    held = ChannelClient(server.address, hello(round_id=2))
+    server.stop_round(2)  # planned again instead: what it read is dropped
+    wait(lambda: held.should_stop)
+    assert not held.wait_writable(0.1) and not held.lost
+    held.close()
+
+
 def test_renewals_keep_a_reporting_task_running(server) -> None:
     server.leases["lease"] = 0.3
     client = ChannelClient(server.address, hello())

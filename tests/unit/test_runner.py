@@ -105,6 +105,9 @@ class FakeChannel:
     def stop_round(self, round_id: int) -> None:
         pass
 
+    def renew(self, round_id: int) -> None:
+        pass
+
 
 class FakeBackend:
     start_seconds, used = 0.0, False
@@ -183,7 +186,10 @@ class FakeMembership:
     def wait_assigned(self, stop: threading.Event) -> Assignment:
         return self._assignment
 
-    pending = False
+    def await_assignment(self, seconds: float) -> None:
+        pass
+
+    pending = first_join_of_empty_group = False
 
     def plan(self, topics: Sequence[str], keys: list[tuple[str, int]]) -> None:
         pass
@@ -692,7 +698,7 @@ def test_a_bounded_copy_near_its_end_is_not_replanned_on_a_stale_remainder() -> 
     and no rate is measured yet. At the tasks' own pace this round (a task got through 140k
     records in 0.7 s) that remainder is under a second of work: not worth a re-plan. Without
     reports it is weighed at an assumed rate, where it looks long enough to re-plan."""
-    plan = [(KEYS[0], KEYS[1]), (KEYS[2], KEYS[3])]
+    plan: list[tuple[tuple[str, int], ...]] = [(KEYS[0], KEYS[1]), (KEYS[2], KEYS[3])]
     rows = {
         r.key: PartitionRow(r, 150_000 if r.partition < 2 else 75_000, 150_000, 150_000)
         for r in ROUTES
@@ -706,3 +712,97 @@ def test_a_bounded_copy_near_its_end_is_not_replanned_on_a_stale_remainder() -> 
     current.on_report(Report(1, 0, 0, TaskResult(1, 0, 0, done, elapsed=0.7), final=True))
     assert current.pace() == pytest.approx(200_000)
     assert not current.replan_pays(rows, pending)
+
+
+class FirstJoin(FakeMembership):
+    """A new group's first join, held by the broker: no assignment until the runner waits for
+    one (by then the held round is submitted), then `keys`."""
+
+    def __init__(self, keys: list[tuple[str, int]]):
+        super().__init__(keys, generation=0)
+        self._coming = self._assignment
+        self._assignment_now: Assignment | None = None
+        self.held_at_assignment: list[int] = []
+
+    def current(self) -> Assignment | None:  # type: ignore[override]
+        return self._assignment_now
+
+    assignment = current  # type: ignore[assignment]
+
+    @property
+    def first_join_of_empty_group(self) -> bool:  # type: ignore[override]
+        return self._assignment_now is None
+
+    def await_assignment(self, seconds: float) -> None:
+        self._assignment_now = self._coming
+
+    def wait_assigned(self, stop: threading.Event) -> Assignment:
+        self._assignment_now = self._coming
+        return self._coming
+
+
+class Pushes(FakeChannel):
+    def __init__(self) -> None:
+        self.renewed: list[int] = []
+        self.stopped: list[int] = []
+
+    def renew(self, round_id: int) -> None:
+        self.renewed.append(round_id)
+
+    def stop_round(self, round_id: int) -> None:
+        self.stopped.append(round_id)
+
+
+def held_runner(
+    owned: list[tuple[str, int]], respond: Callable[[list[TaskSpec]], list[TaskResult]]
+) -> tuple[Runner, FakeEngine, Pushes, list[tuple[float | None, float | None]]]:
+    """A runner joining an empty group; records each round's lease and hold as submitted."""
+    grants: list[tuple[float | None, float | None]] = []
+
+    def answer(tasks: list[TaskSpec]) -> list[TaskResult]:
+        round_id = tasks[0].round_id
+        grants.append((run.ownership.lease_for(round_id), run.ownership.hold_for(round_id)))
+        return respond(tasks)
+
+    run, engine = runner(answer, FakePipeline(STOPS))
+    run.ownership.membership = FirstJoin(owned)
+    channel = Pushes()
+    run.backend.ready = lambda partitions: (engine, channel)  # type: ignore[method-assign]
+    return run, engine, channel, grants
+
+
+def test_a_new_groups_first_round_is_planned_held_and_confirmed_by_its_assignment():
+    """Alone in a new group: the first round is submitted before the assignment, its tasks
+    held (a hold, no lease); the assignment gives it every partition, none moved at the
+    destination, so it is confirmed and its leases pushed at once. One round, no re-plan."""
+    run, engine, channel, grants = held_runner(KEYS, lambda tasks: [done(t) for t in tasks])
+    run.prepare(start_spark=True)
+    summary = run.run()
+    assert grants == [(None, 1.0)]  # submitted held: reads ahead, may not write
+    assert channel.renewed == [1] and channel.stopped == []
+    assert run.ownership.lease_for(1) == 1.0 and run.ownership.hold_for(1) is None
+    assert len(engine.rounds) == 1 and summary.relayed == 400
+
+
+def test_a_held_round_is_stopped_when_the_assignment_gives_this_process_less():
+    """Another process joined at the same moment: the assignment gives this one half. The
+    held round, which wrote nothing, is stopped, not confirmed; the next round is planned
+    with this process's partitions alone, under a lease."""
+    mine = KEYS[:2]
+
+    def respond(tasks: list[TaskSpec]) -> list[TaskResult]:
+        if tasks[0].round_id == 1:  # held, then stopped: nothing written
+            return [done(t, upto=0) for t in tasks]
+        return [done(t) for t in tasks]
+
+    run, engine, channel, grants = held_runner(mine, respond)
+    run.prepare(start_spark=True)
+    summary = run.run()
+    assert channel.stopped == [1] and channel.renewed == []
+    assert grants == [(None, 1.0), (1.0, None)]
+    assert (
+        sorted(w.route.key for w in engine.rounds[0][0].partitions + engine.rounds[0][1].partitions)
+        == KEYS
+    )
+    assert sorted(w.route.key for t in engine.rounds[1] for w in t.partitions) == mine
+    assert summary.relayed == 200

@@ -51,6 +51,9 @@ class FakeChannel:
             self.lost, self.reason = True, "the driver's lease ran out"
         return self.left <= 0
 
+    def wait_writable(self, timeout: float) -> bool:
+        return not self.should_stop
+
     def report(self, result: Any, final: bool = False) -> None:
         self.left -= 1
         if final:

@@ -33,11 +33,12 @@ class SparkBackend:
         on_report: Callable[[Report], None],
         renew_every: float = 0.5,
         stopping: threading.Event | None = None,
+        hold_for: Callable[[int], float | None] = lambda _: None,
     ):
         self.spark, self.master, self.metrics = spark, master, metrics
         self.renew_every = renew_every
         self._stopping = stopping  # set by a stop signal: Spark must then stop promptly
-        self._lease_for, self._on_report = lease_for, on_report
+        self._lease_for, self._on_report, self._hold_for = lease_for, on_report, hold_for
         self.start_seconds = 0.0
         self.log_path: str | None = None
         self.engine: Spark | None = None
@@ -120,6 +121,7 @@ class SparkBackend:
                 self._lease_for,
                 self._on_report,
                 self.renew_every,
+                self._hold_for,
             )
         except BaseException:  # the error reaches the caller of ready(); Spark must not stay
             engine.stop(write_archive=False)

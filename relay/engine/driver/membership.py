@@ -65,6 +65,8 @@ class Membership:
         self._last_poll = time.monotonic()
         self._joined_at = float("-inf")
         self._lapsed = False  # may_write said no, for a reason logged once
+        self._found_empty = False  # joined a group that had no member
+        self._ever_assigned = False
         self._rejoin_deadline: float | None = None  # a rejoin must end in an assignment by then
         self._replan: tuple[list[str], list[tuple[str, int]]] | None = None
         self._error: BaseException | None = None
@@ -119,6 +121,11 @@ class Membership:
             raise KafkaSetupError(f"group {self.group}: stopped before joining")
         return assignment
 
+    def await_assignment(self, seconds: float) -> None:
+        with self._changed:
+            if self._assignment is None:
+                self._changed.wait(seconds)
+
     def may_write(self) -> bool:
         """Whether the driver may renew its tasks' leases now."""
         member = self._member
@@ -154,6 +161,13 @@ class Membership:
         self._thread.join(timeout=10)
 
     @property
+    def first_join_of_empty_group(self) -> bool:
+        """Joining a group that had no member, with no assignment yet: the broker holds such a
+        first join (`group.initial.rebalance.delay.ms`, 3 s by default) for others to come, and
+        the first round may be planned meanwhile, held (relay.engine.driver.held)."""
+        return self._found_empty and not self._ever_assigned
+
+    @property
     def pending(self) -> bool:
         """Joined (or joining) before its partitions were known."""
         return not self._planned.is_set()
@@ -184,8 +198,9 @@ class Membership:
 
     def _loop(self) -> None:
         try:
-            if not self._planned.is_set() and not self._empty():
-                while not self._planned.wait(POLL_EVERY):
+            if not self._planned.is_set():
+                self._found_empty = self._empty()
+                while not self._found_empty and not self._planned.wait(POLL_EVERY):
                     if self._closing.is_set():
                         return  # stopped before the partitions were known: never joined
             member = Member(
@@ -272,7 +287,7 @@ class Membership:
             )
             return
         self._rejoin_deadline = None
-        self._assignment = assignment
+        self._assignment, self._ever_assigned = assignment, True
         self.metrics.assigned_partitions.set(len(assignment.keys))
         self.metrics.group_members.set(assignment.members)
         if assignment.standby:

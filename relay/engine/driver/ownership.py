@@ -32,6 +32,7 @@ class Ownership:
         self.membership: Members | None = None
         self.generation: int | None = None  # of the assignment the runner last took up
         self._round: tuple[int, int] | None = None  # (round id, the generation it was planned in)
+        self._held: int | None = None  # a round planned before the first assignment (held.py)
 
     def join(
         self,
@@ -91,6 +92,8 @@ class Ownership:
             return round_id is None or (self._round is not None and self._round[0] == round_id)
         # the runner's thread sees the group's errors; the channel's never raises
         assignment = membership.current() if round_id is None else membership.assignment()
+        if round_id is not None and round_id == self._held:
+            return True  # it reads, writing nothing, until the runner confirms or stops it
         if round_id is None:
             wanted: int | None = self.generation
         elif self._round is not None and self._round[0] == round_id:
@@ -99,14 +102,35 @@ class Ownership:
             return False  # an earlier round's task: never again
         return assignment is not None and assignment.generation == wanted and membership.may_write()
 
-    def begin_round(self, round_id: int) -> None:
-        """A round is planned under the current generation; earlier rounds lose their leases."""
+    def begin_round(self, round_id: int, held: bool = False) -> None:
+        """A round is planned under the current generation; earlier rounds lose their leases.
+        A held round is planned before the group's first assignment: its tasks read but do
+        not write until `confirm` (relay.engine.driver.held)."""
         self._round = (round_id, self.generation if self.generation is not None else NO_ROUND)
+        self._held = round_id if held else None
+
+    def may_hold(self) -> bool:
+        """Whether a round may be planned before the first assignment: the process joined a
+        group that had no member (relay.engine.driver.membership), which has not answered yet."""
+        membership = self.membership
+        return membership is not None and membership.first_join_of_empty_group
+
+    def confirm(self, round_id: int) -> None:
+        """The held round's partitions are this process's under the generation taken up."""
+        assert self._held == round_id and self.generation is not None
+        self._round, self._held = (round_id, self.generation), None
 
     def lease_for(self, round_id: int) -> float | None:
         """Seconds of writing granted to a round's tasks, or None (channel thread)."""
         membership = self.membership
-        if membership is None or not self.holds(round_id):
+        if membership is None or round_id == self._held or not self.holds(round_id):
+            return None
+        return membership.lease
+
+    def hold_for(self, round_id: int) -> float | None:
+        """Seconds a held round's tasks may go on reading ahead, or None (channel thread)."""
+        membership = self.membership
+        if membership is None or round_id != self._held or not self.holds(round_id):
             return None
         return membership.lease
 

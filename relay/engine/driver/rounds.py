@@ -45,6 +45,7 @@ class Round:
     round_id: int
     tasks: TaskPlan
     job: Job
+    held: bool = False  # planned before the group's first assignment (relay.engine.driver.held)
     started: float = field(default_factory=time.monotonic)
     last_replan_check: float = field(default_factory=time.monotonic)
     replan_checked_finished: int = 0  # finished tasks already considered for a re-plan

@@ -25,6 +25,7 @@ from relay.clients.settings import is_retriable
 from relay.config import Config
 from relay.engine.channel import Report
 from relay.engine.driver.backend import SparkBackend
+from relay.engine.driver.held import settle_hold
 from relay.engine.driver.limits import Shares
 from relay.engine.driver.ownership import Ownership
 from relay.engine.driver.retry import RetriableRoundError, RetryPolicy, policy_for, retrying
@@ -109,6 +110,7 @@ class Runner:
             self._report,
             renew_every=self.cfg.app.session_timeout / 16,
             stopping=self.stop_event,
+            hold_for=self.ownership.hold_for,
         )
 
     def __enter__(self) -> Runner:
@@ -192,6 +194,8 @@ class Runner:
         try:
             if self.standing.pending():
                 membership = self._join(self.routes)
+                if self.ownership.may_hold():  # a new group's first join is held seconds
+                    self._rounds(self.standing.pending(), held=True)
                 membership.wait_assigned(self.stop_event)
             while not self.stop_event.is_set():
                 if self.standing.follow():
@@ -214,7 +218,7 @@ class Runner:
             self.close()
         return self.summary
 
-    def _rounds(self, todo: list[PartitionRoute]) -> None:
+    def _rounds(self, todo: list[PartitionRoute], held: bool = False) -> None:
         """A round, retried while it fails retriably; a cluster that still does not answer when
         the retries are spent ends the run with what it last said, not as an internal error."""
         try:
@@ -222,7 +226,7 @@ class Runner:
                 self._round_policy, _is_retriable_round, self.stop_event, self.metrics
             ):
                 with attempt:
-                    self._round_once(todo, attempt.retry_state.attempt_number)
+                    self._round_once(todo, attempt.retry_state.attempt_number, held)
         except Exception as exc:
             if isinstance(exc, KtmError) or not _is_retriable_round(exc):
                 raise
@@ -241,7 +245,7 @@ class Runner:
             self._closed = True
             self._resources.close()
 
-    def _round_once(self, todo: list[PartitionRoute], attempt: int) -> None:
+    def _round_once(self, todo: list[PartitionRoute], attempt: int, held: bool = False) -> None:
         if self.stop_event.is_set():
             return
         if attempt > 1 or self._unsure:
@@ -250,11 +254,11 @@ class Runner:
         self.standing.fail_over(todo, self._source_trouble)
         engine, channel = self.backend.ready(self._slots_for(self.routes))
         self.sidecars.start(engine)
-        current = self._submit_round(todo, engine, channel)
+        current = self._submit_round(todo, engine, channel, held)
         if current is None:  # the group rebalanced, or cannot vouch for this process now
-            self.stop_event.wait(TICK)
+            self.stop_event.wait(0 if held else TICK)
             return  # the caller re-reads the ownership
-        while not current.job.wait(TICK):
+        while not self._round_ended(current, channel):
             self._watch(current)
         try:
             results = current.job.results()
@@ -270,11 +274,22 @@ class Runner:
         engine.refresh_slots()
         self._finish_round(current, results)
 
+    def _round_ended(self, current: Round, channel: Channel) -> bool:
+        """Waits a tick for the round's end; a held round's tick ends as soon as the group's
+        first assignment comes, which confirms or stops it (relay.engine.driver.held)."""
+        if not current.held:
+            return current.job.wait(TICK)
+        membership = self.ownership.membership
+        assert membership is not None
+        membership.await_assignment(TICK)
+        settle_hold(current, self.standing, self.ownership, self.status, channel)
+        return current.job.wait(0)
+
     def _submit_round(
-        self, todo: list[PartitionRoute], engine: Engine, channel: Channel
+        self, todo: list[PartitionRoute], engine: Engine, channel: Channel, held: bool = False
     ) -> Round | None:
         with self._submit:
-            if not self.ownership.holds():
+            if not (self.ownership.may_hold() if held else self.ownership.holds()):
                 # rebalanced, or its tasks would get no lease and end at once: a round a tick,
                 # each a Spark job (seen: 20 rounds in 3 s while a killed broker's group
                 # coordinator moved)
@@ -287,8 +302,9 @@ class Runner:
                 self.pipeline.task(round_id, index, works, channel.address, share)
                 for index, works in enumerate(self.standing.works(plan))
             ]
-            self.ownership.begin_round(round_id)
-            self._round = Round(round_id, plan, engine.submit(round_id, tasks, self.pipeline.sides))
+            self.ownership.begin_round(round_id, held)
+            job = engine.submit(round_id, tasks, self.pipeline.sides)
+            self._round = Round(round_id, plan, job, held)
             self.backend.used = True
         return self._round
 

@@ -69,6 +69,10 @@ class Channel(Protocol):
         """Ask the round's tasks to flush, commit and return."""
         ...
 
+    def renew(self, round_id: int) -> None:
+        """Answer the round's tasks now: a held round's leases, granted."""
+        ...
+
 
 class Backend(Protocol):
     start_seconds: float
@@ -106,6 +110,13 @@ class Members(Protocol):
     def assignment(self) -> Assignment | None: ...
 
     def wait_assigned(self, stop: threading.Event) -> Assignment | None: ...
+
+    def await_assignment(self, seconds: float) -> None:
+        """Return once an assignment is in force, or after `seconds`."""
+        ...
+
+    @property
+    def first_join_of_empty_group(self) -> bool: ...
 
     @property
     def pending(self) -> bool: ...

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 EMPTY_POLL_WAIT = 0.2  # seconds a poll may wait; bounds how late "stop" is noticed
 COMMIT_INTERVAL = 1.0  # seconds between source group commits of durable offsets
+HOLD_WAIT = 0.05  # seconds a held task waits for its lease between checks
 BACKED_UP_WAIT = 0.02  # seconds between looks at the acks while the writer is backed up
 SWEEP_INTERVAL = 0.25  # seconds between passes over every partition of the task
 WRITE_SLICE = 0.05  # seconds of writing before the producer's I/O thread is woken (see _write)
@@ -221,7 +222,7 @@ class TaskRun:
                     if part.reached_stop:
                         continue
                     if records:
-                        if self.channel.should_stop:  # the lease may have run out meanwhile
+                        if not self._may_write(still_here):  # held, stopped, or lease gone
                             return stopped
                         part.handle(records)
                         self._writing.add(key)
@@ -235,6 +236,16 @@ class TaskRun:
             if more:
                 still_here()
         return stopped
+
+    def _may_write(self, still_here: Callable[[], None]) -> bool:
+        """Whether records may be written now. A held round's task (relay.engine.channel) read
+        its first records while the group's first join was still held: it waits here for its
+        lease, reporting meanwhile, and writes nothing if the round is stopped instead."""
+        while not self.channel.wait_writable(HOLD_WAIT):
+            if self.channel.should_stop:  # the lease may have run out meanwhile
+                return False
+            still_here()
+        return True
 
     def _lose(self, losses: list[Loss]) -> None:
         """Source records lost before they were read (relay.losses): reported with the
