@@ -49,6 +49,9 @@ class CopyRun:
     rate: float | None = None  # steady state records/s
     window_samples: int = 0  # destination samples the steady rate was fitted on
     window_seconds: float | None = None
+    # launch to the first destination sample holding a record: the same yardstick for every
+    # contender (ktm's own figure, --summary-json's first_record, is not the loop's)
+    first_seen: float | None = None
     cpu_cores: float | None = None  # CPU seconds of the tree per second over the same window
     # the brokers' own CPU ("source", "destination"): seconds from launch to exit (copy
     # sections), CPU seconds per second over the steady window (steady sections)
@@ -123,6 +126,8 @@ def steady_once(
             before_check()
         run = _finish(kind, proc, finished, bench, data, target)
     low, high = (share * data.records for share in STEADY_WINDOW)
+    seen = [at for at, records in written if records > 0]
+    run.first_seen = seen[0] - proc.started if seen else None
     run.rate, run.window_samples, span = slope(written, low, high)
     if run.rate is not None:
         window = in_window(written, low, high)
@@ -301,6 +306,7 @@ STEADY_HEADERS = [
     "steady dst broker cores",
     "brokers µs/record",
     "whole process s",
+    "first record s",
     "peak RSS MB",
     "peak PSS MB",
     "CPU s",
@@ -320,7 +326,8 @@ def steady_notes(table: Table) -> None:
         "steady CPU cores = CPU seconds of the process tree per second over that window (tree "
         f"sampled every {SAMPLE_EVERY_S} s); steady CPU µs/record = cores / steady records/s. "
         "whole process s, CPU s and CPU µs/record cover launch to exit (ktm: JVM and Spark "
-        "start included). vs first row: steady records/s / the first row's.",
+        "start included). vs first row: steady records/s / the first row's. first record s: "
+        f"launch to the first destination sample (every {DEST_EVERY_S} s) holding a record.",
         "steady src/dst broker cores: the source's / the destination's broker processes (psutil "
         "on their pids) over the same window, apart from the contender's; brokers µs/record = "
         "both / steady records/s. The destination's includes answering the ListOffsets "
@@ -360,6 +367,7 @@ def steady_row(table: Table, data: Dataset, run: CopyRun, first: float | None) -
         *broker_cells(run, lambda cores: report.seconds(cores, 2)),
         report.per_record_us(brokers_total(run), run.rate),
         report.seconds(fin.wall if fin else None),
+        report.seconds(run.first_seen, 2),
         report.megabytes(fin.peak_rss if fin else None),
         report.megabytes(fin.peak_pss if fin else None),
         report.seconds(fin.cpu_seconds if fin else None),

@@ -138,6 +138,28 @@ def test_a_smaller_destination_is_grown(monkeypatch):
     assert fake.grown == [{"orders": 6}] and plan.grown == (("orders", 4, 6),)
 
 
+def test_partitions_of_a_destination_just_grown_are_relayed_though_its_metadata_lags(monkeypatch):
+    """Apache Kafka acknowledges CreatePartitions before its metadata shows the partitions:
+    the grow is followed until it does, so the new source partitions are relayed, not halted
+    as lacking a destination (seen under load: 2 of 4 read right after the grow)."""
+    fake = FakeAdmin({"orders": 4}, {"orders": 2}, {})
+    shown = {"orders": 2}
+    fake.grow_partitions = lambda cluster, counts, timeout: fake.grown.append(counts)
+    real = fake.all_partition_counts
+
+    def lagging(cluster: Any, timeout: float) -> dict[str, int]:
+        counts = real(cluster, timeout)
+        if cluster is not SOURCE and fake.grown:
+            counts.update(shown)
+            shown["orders"] = 4  # the next look shows the grow
+        return counts
+
+    fake.all_partition_counts = lagging
+    topics = manager(monkeypatch, fake, include=("orders",))
+    found = topics.new_partitions({("orders", 0), ("orders", 1)})
+    assert [r.key for r in found.routes] == [("orders", 2), ("orders", 3)] and found.short == []
+
+
 def test_a_broker_without_create_partitions_or_configs_gets_one_log_line_each(monkeypatch, caplog):
     fake = FakeAdmin({"orders": 6, "new": 1}, {"orders": 4}, None, can_grow=False)
     topics = manager(monkeypatch, fake, include=(".*",))

@@ -16,6 +16,7 @@ CreatePartitions is missing) get one log line and ktm goes on with what works.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -33,6 +34,7 @@ from relay.spec import PartitionRoute
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+GROWN_POLL = 0.1  # seconds between looks at a destination just grown
 LOG_EACH_CREATED = 10  # more created topics than this: one line, each at debug
 
 
@@ -261,8 +263,21 @@ class Topics:
                 )
                 continue
             log.info("destination topic %s grown from %d to %d partitions", dest, has, wanted)
+            self._await_count(dest, wanted)
             grown.append((dest, has, wanted))
         return tuple(grown)
+
+    def _await_count(self, dest: str, wanted: int) -> None:
+        """Until the destination's metadata shows the partitions just added (at most the
+        request timeout). Apache Kafka acknowledges CreatePartitions before its brokers'
+        metadata has them: under load the count read right after still said 2 of 4, and the
+        new source partitions were halted as lacking a destination."""
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            counts = admin.partition_counts(self.target.cluster, {dest}, self.timeout)
+            if counts.get(dest, 0) >= wanted:
+                return
+            time.sleep(GROWN_POLL)
 
     def _grown_by_another(self, dest: str, wanted: int) -> bool:
         """Another ktm process on the config grew it first (Kafka: InvalidPartitionsError)."""
