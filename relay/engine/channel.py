@@ -294,10 +294,8 @@ class ChannelClient:
 
     def wait_writable(self, timeout: float) -> bool:
         """True once a lease was granted (a held task waits for it before its first write);
-        False after `timeout` or a stop."""
-        if self._stop.is_set():
-            return False
-        return self._leased.wait(timeout) and not self.should_stop
+        False after `timeout` or a stop. Asked before every write: a granted lease costs no lock."""
+        return (self._leased.is_set() or self._leased.wait(timeout)) and not self.should_stop
 
     def report(self, result: TaskResult, final: bool = False) -> None:
         try:

@@ -32,8 +32,11 @@ def settle_hold(
 ) -> None:
     """Once the first assignment came: confirm the held round or stop it (either ends
     `current.held`); before that, nothing."""
+    membership = ownership.membership
+    if membership is not None and membership.current() is None:  # raises what the join met
+        return  # still joining: nothing to settle yet
     before = status.next_offsets()
-    owned = standing.owned()  # raises what the group's join met
+    owned = standing.owned()
     if owned is None:
         return
     after = status.next_offsets()

@@ -252,7 +252,7 @@ class Topics:
             except Exception as exc:
                 if not isinstance(exc, admin.Unsupported) and is_retriable(exc):
                     raise  # while running: asked again at the next interval
-                if self._grown_by_another(dest, wanted):
+                if self._has_partitions(dest, wanted):  # another ktm process grew it first
                     continue
                 # refused for good (a policy, an ACL, no CreatePartitions): the partitions it
                 # lacks are refused at start, halted while running
@@ -273,14 +273,12 @@ class Topics:
         metadata has them: under load the count read right after still said 2 of 4, and the
         new source partitions were halted as lacking a destination."""
         deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            counts = admin.partition_counts(self.target.cluster, {dest}, self.timeout)
-            if counts.get(dest, 0) >= wanted:
-                return
+        while not self._has_partitions(dest, wanted) and time.monotonic() < deadline:
             time.sleep(GROWN_POLL)
 
-    def _grown_by_another(self, dest: str, wanted: int) -> bool:
-        """Another ktm process on the config grew it first (Kafka: InvalidPartitionsError)."""
+    def _has_partitions(self, dest: str, wanted: int) -> bool:
+        """Whether the destination's metadata shows `wanted` partitions; False when it cannot
+        say (a grow another ktm process made first is refused: InvalidPartitionsError)."""
         try:
             now = admin.partition_counts(self.target.cluster, {dest}, self.timeout)
         except Exception as exc:  # noqa: BLE001 - the refusal is what is reported
