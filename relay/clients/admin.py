@@ -24,6 +24,7 @@ from kafka.errors import (
     UnsupportedVersionError,
 )
 
+from relay.clients import committed
 from relay.clients.batch_fetch import TP, BatchFetcher
 from relay.clients.ends import EndMemo, end_probe, listing, real_end_offsets
 from relay.clients.kept import Ahead, kept
@@ -167,14 +168,17 @@ def all_partition_counts(cluster: ClusterConfig, timeout: float) -> dict[str, in
 
 
 def offset_bounds(
-    cluster: ClusterConfig, tps: list[TP], timeout: float
+    cluster: ClusterConfig, tps: list[TP], timeout: float, *, settled: bool = False
 ) -> tuple[dict[TP, int], dict[TP, int]]:
-    """(beginning, real end) offset of each partition. See `real_end_offsets`."""
+    """(beginning, real end) offset of each partition. See `real_end_offsets`. `settled`: the
+    end once the leader committed what it had appended (relay.clients.committed)."""
     parts = [TopicPartition(*tp) for tp in tps]
     with probe_consumer(listing(cluster), timeout) as consumer:
         require_topics(consumer, cluster, tps)
+        ends = committed.appended(consumer, parts, timeout) if settled else {}
         begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
         end = real_end_offsets(cluster, consumer, parts, begin, timeout)
+        committed.await_commits(cluster, consumer, ends, begin, end, timeout)
     return {tuple(tp): v for tp, v in begin.items()}, {tuple(tp): v for tp, v in end.items()}
 
 

@@ -123,8 +123,10 @@ def read_tails(
 ) -> dict[TP, list[SourceBatch]]:
     """The tail of each partition as record batches, read backwards in growing windows until
     `satisfied(tp, batches)` says enough, the log start is reached, or `max_records` offsets
-    were read; every partition still reading shares each round's fetches."""
-    begin, end = admin.offset_bounds(cluster, tps, timeout)
+    were read; every partition still reading shares each round's fetches. What a leader
+    appended and has not committed yet is waited for (relay.clients.committed): the tail
+    decides where a copy resumes."""
+    begin, end = admin.offset_bounds(cluster, tps, timeout, settled=True)
     tails = {key: _Tail(end[key], first_window) for key in tps}
     reading = {key for key in tps if end[key] > begin[key]}
     make = functools.partial(BatchFetcher, cluster, timeout)

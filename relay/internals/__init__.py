@@ -34,6 +34,7 @@ from relay.internals.clients import (  # noqa: F401 - the package is where calle
     joining,
     know_api_versions,
     last_heartbeat,
+    log_ends,
     metadata_config,
     position,
     request_rejoin,
@@ -166,6 +167,14 @@ INTERNALS = (
         "KafkaNetClient.connection_delay", "kafka-python",
         _has("kafka.net.compat", "KafkaNetClient", "connection_delay", "connected", "is_ready"),
         "one produce request per partition at a time (slower across long links)",
+    ),
+    Internal(
+        "KafkaConnectionManager.send and run, ClusterMetadata.refresh_metadata", "kafka-python",
+        _all(_has("kafka.net.manager", "KafkaConnectionManager", "send", "run"),
+             _has("kafka.cluster", "ClusterMetadata", "refresh_metadata",
+                  "leader_epoch_for_partition")),
+        "a destination's tail is read without waiting for records its leader appended and "
+        "has not committed (a round ended during a follower's stall may copy them twice)",
     ),
     Internal(
         "KafkaConnectionManager.broker_version_data", "kafka-python",

@@ -138,3 +138,70 @@ def know_api_versions(client: object, versions: tuple[tuple[int, int, int], ...]
     manager.broker_version_data = BrokerVersionData(
         api_versions={key: (low, high) for key, low, high in versions}
     )
+
+
+OFFSET_FOR_LEADER_EPOCH = 23  # the API key
+
+
+def log_ends(
+    consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(leader epoch, log end) of each partition on its leader, from OffsetForLeaderEpoch for
+    the leader's current epoch (what a consumer asks to find a truncation): unlike ListOffsets
+    and fetches, it counts the records appended and not committed yet.
+
+    Left out: a partition whose leader did not answer or answered an error, and one whose
+    leader the consumer's metadata does not know (refreshing it is the caller's: a consumer
+    with no subscription refreshes no topic). {} when the brokers do not offer the request
+    (Tansu: one node, nothing waits for a follower)."""
+    manager = attr(consumer, "_manager", "KafkaConsumer._manager")
+    versions = attr(manager, "broker_version_data", "KafkaConnectionManager.broker_version_data")
+    if versions is None or OFFSET_FOR_LEADER_EPOCH not in versions.api_versions:
+        return {}
+    cluster = attr(manager, "cluster", "KafkaConnectionManager.cluster")
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest
+
+    topic_type = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    part_type = topic_type.OffsetForLeaderPartition
+
+    def request(asked: list[TopicPartition]) -> OffsetForLeaderEpochRequest:
+        by_topic: dict[str, list[object]] = {}
+        for tp in asked:
+            epoch = cluster.leader_epoch_for_partition(tp)
+            by_topic.setdefault(tp.topic, []).append(
+                part_type(partition=tp.partition, current_leader_epoch=epoch, leader_epoch=epoch)
+            )
+        return OffsetForLeaderEpochRequest(replica_id=-1, topics=list(by_topic.items()))
+
+    async def ask(_: KafkaConsumer) -> dict[TopicPartition, tuple[int, int]]:
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in parts:
+            leader, epoch = cluster.leader_for_partition(tp), cluster.leader_epoch_for_partition(tp)
+            if leader is not None and leader >= 0 and epoch is not None and epoch >= 0:
+                by_leader.setdefault(leader, []).append(tp)
+        sent = [
+            manager.send(request(asked), node_id=node, request_timeout_ms=int(timeout * 1000))
+            for node, asked in by_leader.items()
+        ]
+        found: dict[TopicPartition, tuple[int, int]] = {}
+        for future in sent:
+            try:
+                response = await future
+            except Exception as exc:  # noqa: BLE001 - left out: the caller asks again
+                log.debug("OffsetForLeaderEpoch: %s", exc)
+                continue
+            found.update(_ends_in(response))
+        return found
+
+    return dict(manager.run(ask, consumer))
+
+
+def _ends_in(response: object) -> dict[TopicPartition, tuple[int, int]]:
+    from kafka import TopicPartition
+
+    return {
+        TopicPartition(topic.topic, part.partition): (part.leader_epoch, part.end_offset)
+        for topic in getattr(response, "topics", ())
+        for part in topic.partitions
+        if part.error_code == 0 and part.end_offset >= 0
+    }

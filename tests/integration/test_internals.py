@@ -140,6 +140,30 @@ def test_a_clients_metadata_and_api_versions_are_read_and_told(source_broker):
         client.close()
 
 
+def test_a_leaders_log_end_is_asked_where_the_broker_offers_it(source_broker):
+    """OffsetForLeaderEpoch (relay.clients.committed): Apache Kafka answers each partition's
+    log end under its leader's epoch; Tansu does not offer the request, so nothing is asked."""
+    topic = create_topic(source_broker.bootstrap, unique_topic("log-ends"), 2)
+    producer = KafkaProducer(bootstrap_servers=source_broker.bootstrap, acks="all")
+    consumer = KafkaConsumer(bootstrap_servers=source_broker.bootstrap)
+    try:
+        for i in range(5):
+            producer.send(topic, b"%d" % i, partition=0)
+        producer.flush()
+        consumer.topics()  # the all-topic metadata: leaders and their epochs
+        parts = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        ends = internals.log_ends(consumer, parts, 10.0)
+        offered = any(key == 23 for key, _, _ in internals.api_versions(consumer))
+        if offered:
+            assert {tp: end for tp, (_, end) in ends.items()} == {parts[0]: 5, parts[1]: 0}
+            assert all(epoch >= 0 for epoch, _ in ends.values())
+        else:
+            assert ends == {}
+    finally:
+        producer.close()
+        consumer.close(autocommit=False)
+
+
 def test_the_pyspark_internals(spark):
     context = internals.active_spark_context()
     assert context is not None

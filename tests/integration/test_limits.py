@@ -18,8 +18,8 @@ from tests.support.relay import assert_exact_copy, write_config
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.brokers("tansu", "kafka")]
 
-BACKFILL = 200_000
-CAP = 20_000  # records/s for the whole group: the backfill takes 10 s
+BACKFILL = 100_000
+CAP = 10_000  # records/s for the whole group: the backfill takes 10 s
 
 
 def produced_to(port: int, topic: str) -> float:

@@ -51,6 +51,28 @@ def wait_for(
     wait_until(met, timeout, what, every=0.3)
 
 
+def wait_copied(
+    bootstrap: str, dest: str, source: str, want: Sequence[int], timeout: float, what: str,
+    relay: Background,
+) -> None:  # fmt: skip
+    """Until `dest` holds one copy of each of `source`'s first `want[p]` records of each
+    partition; a timeout says what it held last (missing and doubled records by partition)."""
+    expected, held = once_each(source, want), Counter[tuple[str, int, int]]()
+
+    def met() -> bool:
+        nonlocal held
+        held = copies(bootstrap, dest)
+        return held == expected
+
+    try:
+        wait_for(met, timeout, what, relay)
+    except TimeoutError as exc:
+        missing = Counter(p for (_, p, _), n in (expected - held).items() for _ in range(n))
+        doubled = Counter(p for (_, p, _), n in (held - expected).items() for _ in range(n))
+        raise TimeoutError(f"{exc}: missing by partition {dict(missing)}, "
+                           f"more than once {dict(doubled)}") from None  # fmt: skip
+
+
 def grow(bootstrap: str, counts: dict[str, int]) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
@@ -123,17 +145,15 @@ def test_named_and_discovered_topics_that_grow_are_relayed_from_their_start(
                   f'include = ["{found}"]\nrename = "copy.{{topic}}"\n{keep}')  # fmt: skip
     relay = Background(path, failover=False)
     try:
-        wait_for(lambda: copies(dst, dest) == once_each(named, [10, 10]), 60, "relayed", relay)
-        wait_for(
-            lambda: copies(dst, f"copy.{found}") == once_each(found, [10, 10]), 30, "found", relay
-        )
+        wait_copied(dst, dest, named, [10, 10], 60, "relayed", relay)
+        wait_copied(dst, f"copy.{found}", found, [10, 10], 30, "found", relay)
         grown_at = time.monotonic()
         grow(src, {named: 4, found: 4})
         for topic in (named, found):
             produce(src, topic, numbered(20, 40, 4, "b"))
         want = [20, 20, 10, 10]
-        wait_for(lambda: copies(dst, dest) == once_each(named, want), 30, "new partitions", relay)
-        wait_for(lambda: copies(dst, f"copy.{found}") == once_each(found, want), 30, "found", relay)
+        wait_copied(dst, dest, named, want, 30, "new partitions", relay)
+        wait_copied(dst, f"copy.{found}", found, want, 30, "found", relay)
         took = time.monotonic() - grown_at
     finally:
         relay.finish()
@@ -170,14 +190,14 @@ def test_a_destination_that_cannot_grow_halts_the_new_partitions_only(
     relay = Background(config(tmp_path / "c.toml", [source_broker], dst, {topic: dest}, keys),
                        failover=False)  # fmt: skip
     try:
-        wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed", relay)
+        wait_copied(dst, dest, topic, [10, 10], 60, "relayed", relay)
         grow(src, {topic: 3})
         produce(src, topic, numbered(20, 30, 3, "b"))
         wait_for(
             lambda: bool(relay.relay.status.halts.all()), 15, "the new partition halted", relay
         )
         produce(src, topic, [Record(value=f"c{n}", partition=n % 2) for n in range(10)])
-        wait_for(lambda: copies(dst, dest) == once_each(topic, [25, 25]), 30, "the others", relay)
+        wait_copied(dst, dest, topic, [25, 25], 30, "the others", relay)
         time.sleep(1.5)  # another discovery interval: nothing more halts, nothing is remapped
         assert copies(dst, dest) == once_each(topic, [25, 25])
     finally:
@@ -264,10 +284,10 @@ def test_failover_nodes_relay_a_new_partition_once_every_node_has_it(
     path = config(tmp_path / "c.toml", [node1, node2], dst, {topic: dest}, "create_topics = true")
     relay = Background(path)
     try:
-        wait_for(lambda: copies(dst, dest) == once_each(topic, [10, 10]), 60, "relayed", relay)
+        wait_copied(dst, dest, topic, [10, 10], 60, "relayed", relay)
         grow(node1.bootstrap, {topic: 4})
         produce(node1.bootstrap, topic, numbered(20, 40, 4, "b"))
-        wait_for(lambda: copies(dst, dest) == once_each(topic, [20, 20]), 30, "the old ones", relay)
+        wait_copied(dst, dest, topic, [20, 20], 30, "the old ones", relay)
         time.sleep(2.5)  # two discovery intervals: node2 lacks partitions 2 and 3, they wait
         assert copies(dst, dest) == once_each(topic, [20, 20]) and partitions(dst, dest) == 2
         grow(node2.bootstrap, {topic: 4})

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+from kafka.errors import InvalidPartitionsError
 
 from relay.clients.admin import Unsupported, in_requests
 from relay.clients.topic_create import ConfigRefused
@@ -158,6 +159,28 @@ def test_partitions_of_a_destination_just_grown_are_relayed_though_its_metadata_
     topics = manager(monkeypatch, fake, include=("orders",))
     found = topics.new_partitions({("orders", 0), ("orders", 1)})
     assert [r.key for r in found.routes] == [("orders", 2), ("orders", 3)] and found.short == []
+
+
+def test_a_grow_refused_as_already_made_is_followed_until_the_metadata_shows_it(monkeypatch):
+    """An earlier try timed out after the broker had grown the topic (or another ktm process
+    grew it): the broker refuses the count it has (INVALID_PARTITIONS) while its metadata still
+    said 2 of 4. The count is followed until it shows: relayed, not halted."""
+    fake = FakeAdmin({"orders": 4}, {"orders": 2}, {})
+    looks = []
+
+    def refused(cluster: Any, counts: dict, timeout: float) -> None:
+        raise InvalidPartitionsError("Topic already has 4 partitions.")
+
+    def lagging(cluster: Any, topics: Any, timeout: float) -> dict[str, int]:
+        looks.append(1)
+        return {"orders": 2 if len(looks) < 3 else 4}
+
+    fake.grow_partitions, fake.partition_counts = refused, lagging
+    topics = manager(monkeypatch, fake, include=("orders",))
+    monkeypatch.setattr(topics_module, "GROWN_POLL", 0.0)
+    found = topics.new_partitions({("orders", 0), ("orders", 1)})
+    assert [r.key for r in found.routes] == [("orders", 2), ("orders", 3)] and found.short == []
+    assert len(looks) >= 3  # one look, then followed: 2, 2, 4
 
 
 def test_a_broker_without_create_partitions_or_configs_gets_one_log_line_each(monkeypatch, caplog):

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from kafka.errors import InvalidPartitionsError
+
 from relay.clients import admin, topic_create
 from relay.clients.settings import describe, is_retriable
 from relay.config import ClusterConfig, Config, TopicRoute
@@ -252,7 +254,11 @@ class Topics:
             except Exception as exc:
                 if not isinstance(exc, admin.Unsupported) and is_retriable(exc):
                     raise  # while running: asked again at the next interval
-                if self._has_partitions(dest, wanted):  # another ktm process grew it first
+                # grown by another ktm process, or by this one's earlier try that timed out:
+                # the broker refuses a count it already has, and its metadata may lag it
+                if self._has_partitions(dest, wanted) or (
+                    isinstance(exc, InvalidPartitionsError) and self._await_count(dest, wanted)
+                ):
                     continue
                 # refused for good (a policy, an ACL, no CreatePartitions): the partitions it
                 # lacks are refused at start, halted while running
@@ -267,14 +273,17 @@ class Topics:
             grown.append((dest, has, wanted))
         return tuple(grown)
 
-    def _await_count(self, dest: str, wanted: int) -> None:
+    def _await_count(self, dest: str, wanted: int) -> bool:
         """Until the destination's metadata shows the partitions just added (at most the
-        request timeout). Apache Kafka acknowledges CreatePartitions before its brokers'
-        metadata has them: under load the count read right after still said 2 of 4, and the
-        new source partitions were halted as lacking a destination."""
+        request timeout); whether it did. Apache Kafka acknowledges CreatePartitions before
+        its brokers' metadata has them: under load the count read right after still said 2
+        of 4, and the new source partitions were halted as lacking a destination."""
         deadline = time.monotonic() + self.timeout
-        while not self._has_partitions(dest, wanted) and time.monotonic() < deadline:
+        while not self._has_partitions(dest, wanted):
+            if time.monotonic() > deadline:
+                return False
             time.sleep(GROWN_POLL)
+        return True
 
     def _has_partitions(self, dest: str, wanted: int) -> bool:
         """Whether the destination's metadata shows `wanted` partitions; False when it cannot

@@ -1,0 +1,91 @@
+"""A destination partition's tail is read once nothing its leader appended can still commit
+behind the reader's back.
+
+With acks=all a leader appends a batch at once and commits it (moves its high watermark past
+it) once every in-sync replica holds it. A follower that stops fetching (killed, frozen, cut
+off) stays in the ISR until its broker is fenced (`broker.session.timeout.ms`, 9 s) or it lags
+`replica.lag.time.max.ms` (30 s); meanwhile the appended batches wait above the high
+watermark. A batch whose request timed out, or that a task gave up when its round ended, may
+be one of them, and it commits once the follower leaves the ISR. A round that resumed from the
+high watermark before then wrote the same records again (CI: 10,229 records of 10,000 after a
+source leader's kill, the node being a follower of the destination too; reproduced by freezing
+a destination follower in tests/integration/test_cluster_faults.py).
+
+So where a tail decides where a copy resumes, each leader's log end is asked first (it counts
+what is appended and not committed: `internals.log_ends`), then the high watermark, again until
+it reaches that log end, or the leader changes (its successor's log is what commits: its end is
+asked). A broker that does not offer the request (Tansu, one node) has nothing to wait for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kafka import KafkaConsumer, TopicPartition
+
+from relay import internals
+from relay.clients.ends import real_end_offsets
+from relay.config import ClusterConfig
+
+log = logging.getLogger(__name__)
+
+# seconds: past a fencing (9 s) and replica.lag.time.max.ms (30 s), Kafka's defaults; a stall
+# longer than that is said, and the tail read as it stands
+SETTLE_LIMIT = 45.0
+SETTLE_POLL = 0.2
+
+Appended = dict[TopicPartition, tuple[int, int]]  # (leader epoch, log end)
+
+
+def appended(consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float) -> Appended:
+    """Each partition's log end on its leader, committed or not; asked before the high
+    watermark is read. {} where it cannot be asked."""
+    try:
+        return internals.log_ends(consumer, parts, timeout)
+    except internals.Missing:  # said once at start-up (internals.check)
+        return {}
+
+
+def await_commits(
+    cluster: ClusterConfig,
+    consumer: KafkaConsumer,
+    ends: Appended,
+    begin: dict[TopicPartition, int],
+    end: dict[TopicPartition, int],
+    timeout: float,
+) -> None:
+    """Until each partition's high watermark (`end`, updated in place) reaches the log end its
+    leader had (`ends`), or at most SETTLE_LIMIT seconds."""
+    waiting = _behind(ends, end)
+    if not waiting:
+        return
+    log.info(
+        "%d destination partitions hold records not committed yet (%s[%d]: %d, committed to "
+        "%d): their tails are read once they are",
+        len(waiting), waiting[0].topic, waiting[0].partition, ends[waiting[0]][1], end[waiting[0]],
+    )  # fmt: skip
+    deadline = time.monotonic() + SETTLE_LIMIT
+    while waiting:
+        if time.monotonic() > deadline:
+            log.warning(
+                "destination %s[%d] and %d other partitions still hold records not committed "
+                "after %.0f s (a follower stalled in the ISR longer than replica.lag.time.max.ms?)"
+                ": their tails are read as they stand, and records a round gave up there may "
+                "arrive twice",
+                waiting[0].topic, waiting[0].partition, len(waiting) - 1, SETTLE_LIMIT,
+            )  # fmt: skip
+            return
+        time.sleep(SETTLE_POLL)
+        end.update(real_end_offsets(cluster, consumer, waiting, begin, timeout))
+        now = appended(consumer, waiting, timeout)
+        for tp, asked in now.items():
+            if asked[0] != ends[tp][0]:  # a new leader: its log is what commits
+                ends[tp] = asked
+        if len(now) < len(waiting):  # a leader moved or did not answer: whose is it now
+            consumer.topics()
+        waiting = _behind(ends, end)
+
+
+def _behind(ends: Appended, end: dict[TopicPartition, int]) -> list[TopicPartition]:
+    return sorted(tp for tp, (_, last) in ends.items() if tp in end and last > end[tp])
