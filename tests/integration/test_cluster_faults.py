@@ -2,9 +2,10 @@
 and a group session it refuses is named. Then the faults only a real cluster has: a source
 broker killed with -9 and restarted while its partitions are relayed from the new leaders, a
 broker of each side frozen past the request timeouts, and a follower of both sides frozen while
-batches expire (what the destination leaders appended waits uncommitted). Each copy ends proven exact by
-`ktm verify`, with no partition stuck; the rounds each fault cost are printed (`-s`). Last, a
-real unclean leader election: a stale follower elected leader below what ktm already copied.
+batches expire (what the destination leaders appended waits uncommitted). Each copy ends
+proven exact by `ktm verify`, with no partition stuck; the rounds each fault cost are printed
+(`-s`). Last, a real unclean leader election: a stale follower elected leader below what ktm
+already copied.
 
 The source and destination topics live on one cluster, each led by a node of its own (the
 destination's by another node than the source's), so a fault of a leader hits one side (and,
