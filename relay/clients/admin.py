@@ -175,8 +175,9 @@ def offset_bounds(
     parts = [TopicPartition(*tp) for tp in tps]
     with probe_consumer(listing(cluster), timeout) as consumer:
         require_topics(consumer, cluster, tps)
-        ends = committed.appended(consumer, parts, timeout) if settled else {}
+        answer = committed.asking(consumer, parts, timeout) if settled else dict
         begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
+        ends = answer()  # asked before the high watermark is read
         end = real_end_offsets(cluster, consumer, parts, begin, timeout)
         committed.await_commits(cluster, consumer, ends, begin, end, timeout)
     return {tuple(tp): v for tp, v in begin.items()}, {tuple(tp): v for tp, v in end.items()}

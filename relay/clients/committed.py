@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from kafka import KafkaConsumer, TopicPartition
 
@@ -38,13 +39,21 @@ SETTLE_POLL = 0.2
 Appended = dict[TopicPartition, tuple[int, int]]  # (leader epoch, log end)
 
 
-def appended(consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float) -> Appended:
-    """Each partition's log end on its leader, committed or not; asked before the high
-    watermark is read. {} where it cannot be asked."""
+def asking(
+    consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float
+) -> Callable[[], Appended]:
+    """Each partition's log end on its leader, committed or not, asked now (before the high
+    watermark is read) and answered when the call returned is made: the requests between go
+    meanwhile. {} where it cannot be asked."""
     try:
-        return internals.log_ends(consumer, parts, timeout)
+        return internals.log_ends_soon(consumer, parts, timeout)
     except internals.Missing:  # said once at start-up (internals.check)
-        return {}
+        return dict
+
+
+def appended(consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float) -> Appended:
+    """`asking`, answered."""
+    return asking(consumer, parts, timeout)()
 
 
 def await_commits(

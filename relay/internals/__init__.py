@@ -35,6 +35,7 @@ from relay.internals.clients import (  # noqa: F401 - the package is where calle
     know_api_versions,
     last_heartbeat,
     log_ends,
+    log_ends_soon,
     metadata_config,
     position,
     request_rejoin,
@@ -169,9 +170,10 @@ INTERNALS = (
         "one produce request per partition at a time (slower across long links)",
     ),
     Internal(
-        "KafkaConnectionManager.send and run, ClusterMetadata.refresh_metadata", "kafka-python",
-        _all(_has("kafka.net.manager", "KafkaConnectionManager", "send", "run"),
-             _has("kafka.cluster", "ClusterMetadata", "refresh_metadata",
+        "KafkaConnectionManager.send, call_soon, run and wait_for", "kafka-python",
+        _all(_has("kafka.net.manager", "KafkaConnectionManager", "send", "call_soon", "run",
+                  "wait_for"),
+             _has("kafka.cluster", "ClusterMetadata", "leader_for_partition",
                   "leader_epoch_for_partition")),
         "a destination's tail is read without waiting for records its leader appended and "
         "has not committed (a round ended during a follower's stall may copy them twice)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from relay.internals.missing import Missing, attr
@@ -142,13 +143,21 @@ def know_api_versions(client: object, versions: tuple[tuple[int, int, int], ...]
 
 OFFSET_FOR_LEADER_EPOCH = 23  # the API key
 
+LogEnds = dict["TopicPartition", tuple[int, int]]  # (leader epoch, log end)
 
-def log_ends(
+
+def log_ends(consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float) -> LogEnds:
+    """(leader epoch, log end) of each partition on its leader: `log_ends_soon`, answered."""
+    return log_ends_soon(consumer, parts, timeout)()
+
+
+def log_ends_soon(
     consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float
-) -> dict[TopicPartition, tuple[int, int]]:
-    """(leader epoch, log end) of each partition on its leader, from OffsetForLeaderEpoch for
-    the leader's current epoch (what a consumer asks to find a truncation): unlike ListOffsets
-    and fetches, it counts the records appended and not committed yet.
+) -> Callable[[], LogEnds]:
+    """Ask each partition's leader its log end now (OffsetForLeaderEpoch for its current
+    epoch, what a consumer asks to find a truncation: unlike ListOffsets and fetches, it counts
+    the records appended and not committed yet); the call returned waits for the answers, so
+    the caller's other requests go meanwhile (a round trip less across a long link).
 
     Left out: a partition whose leader did not answer or answered an error, and one whose
     leader the consumer's metadata does not know (refreshing it is the caller's: a consumer
@@ -157,46 +166,46 @@ def log_ends(
     manager = attr(consumer, "_manager", "KafkaConsumer._manager")
     versions = attr(manager, "broker_version_data", "KafkaConnectionManager.broker_version_data")
     if versions is None or OFFSET_FOR_LEADER_EPOCH not in versions.api_versions:
-        return {}
+        return dict
     cluster = attr(manager, "cluster", "KafkaConnectionManager.cluster")
-    from kafka.protocol.consumer import OffsetForLeaderEpochRequest
+    timeout_ms = int(timeout * 1000)
 
-    topic_type = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
-    part_type = topic_type.OffsetForLeaderPartition
-
-    def request(asked: list[TopicPartition]) -> OffsetForLeaderEpochRequest:
-        by_topic: dict[str, list[object]] = {}
-        for tp in asked:
-            epoch = cluster.leader_epoch_for_partition(tp)
-            by_topic.setdefault(tp.topic, []).append(
-                part_type(partition=tp.partition, current_leader_epoch=epoch, leader_epoch=epoch)
-            )
-        return OffsetForLeaderEpochRequest(replica_id=-1, topics=list(by_topic.items()))
-
-    async def ask(_: KafkaConsumer) -> dict[TopicPartition, tuple[int, int]]:
+    async def ask(_: KafkaConsumer) -> LogEnds:
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in parts:
             leader, epoch = cluster.leader_for_partition(tp), cluster.leader_epoch_for_partition(tp)
             if leader is not None and leader >= 0 and epoch is not None and epoch >= 0:
                 by_leader.setdefault(leader, []).append(tp)
         sent = [
-            manager.send(request(asked), node_id=node, request_timeout_ms=int(timeout * 1000))
-            for node, asked in by_leader.items()
+            manager.send(_epoch_request(cluster, tps), node_id=node, request_timeout_ms=timeout_ms)
+            for node, tps in by_leader.items()
         ]
-        found: dict[TopicPartition, tuple[int, int]] = {}
+        found: LogEnds = {}
         for future in sent:
             try:
-                response = await future
+                found.update(_ends_in(await future))
             except Exception as exc:  # noqa: BLE001 - left out: the caller asks again
                 log.debug("OffsetForLeaderEpoch: %s", exc)
-                continue
-            found.update(_ends_in(response))
         return found
 
-    return dict(manager.run(ask, consumer))
+    answer = manager.call_soon(ask, consumer)
+    return lambda: dict(manager.run(manager.wait_for, answer, timeout_ms + 1000))
 
 
-def _ends_in(response: object) -> dict[TopicPartition, tuple[int, int]]:
+def _epoch_request(cluster: ClusterMetadata, asked: list[TopicPartition]) -> object:
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest
+
+    part = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
+    by_topic: dict[str, list[object]] = {}
+    for tp in asked:
+        epoch = cluster.leader_epoch_for_partition(tp)
+        by_topic.setdefault(tp.topic, []).append(
+            part(partition=tp.partition, current_leader_epoch=epoch, leader_epoch=epoch)
+        )
+    return OffsetForLeaderEpochRequest(replica_id=-1, topics=list(by_topic.items()))
+
+
+def _ends_in(response: object) -> LogEnds:
     from kafka import TopicPartition
 
     return {

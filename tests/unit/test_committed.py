@@ -51,7 +51,9 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def script(monkeypatch: pytest.MonkeyPatch, leaders: Leaders) -> None:
     monkeypatch.setattr(committed, "real_end_offsets", leaders.watermark)
-    monkeypatch.setattr(internals, "log_ends", leaders.log_ends)
+    monkeypatch.setattr(
+        internals, "log_ends_soon", lambda c, parts, t: lambda: leaders.log_ends(c, parts, t)
+    )
 
 
 def test_a_tail_is_read_once_the_high_watermark_reaches_the_log_end_asked_first(
