@@ -11,10 +11,11 @@ high watermark before then wrote the same records again (CI: 10,229 records of 1
 source leader's kill, the node being a follower of the destination too; reproduced by freezing
 a destination follower in tests/integration/test_cluster_faults.py).
 
-So where a tail decides where a copy resumes, each leader's log end is asked first (it counts
-what is appended and not committed: `internals.log_ends`), then the high watermark, again until
-it reaches that log end, or the leader changes (its successor's log is what commits: its end is
-asked). A broker that does not offer the request (Tansu, one node) has nothing to wait for.
+So where a tail decides where a copy resumes, each leader's log end is asked first (it
+counts what is appended and not committed: `internals.log_ends_soon`), then the high
+watermark, again until it reaches that log end, or the leader changes (its successor's log is
+what commits: its end is asked). A broker that does not offer the request (Tansu, one node)
+has nothing to wait for.
 """
 
 from __future__ import annotations

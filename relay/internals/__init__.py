@@ -34,7 +34,6 @@ from relay.internals.clients import (  # noqa: F401 - the package is where calle
     joining,
     know_api_versions,
     last_heartbeat,
-    log_ends,
     log_ends_soon,
     metadata_config,
     position,

@@ -146,11 +146,6 @@ OFFSET_FOR_LEADER_EPOCH = 23  # the API key
 LogEnds = dict["TopicPartition", tuple[int, int]]  # (leader epoch, log end)
 
 
-def log_ends(consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float) -> LogEnds:
-    """(leader epoch, log end) of each partition on its leader: `log_ends_soon`, answered."""
-    return log_ends_soon(consumer, parts, timeout)()
-
-
 def log_ends_soon(
     consumer: KafkaConsumer, parts: list[TopicPartition], timeout: float
 ) -> Callable[[], LogEnds]:

@@ -152,7 +152,7 @@ def test_a_leaders_log_end_is_asked_where_the_broker_offers_it(source_broker):
         producer.flush()
         consumer.topics()  # the all-topic metadata: leaders and their epochs
         parts = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
-        ends = internals.log_ends(consumer, parts, 10.0)
+        ends = internals.log_ends_soon(consumer, parts, 10.0)()
         offered = any(key == 23 for key, _, _ in internals.api_versions(consumer))
         if offered:
             assert {tp: end for tp, (_, end) in ends.items()} == {parts[0]: 5, parts[1]: 0}

@@ -256,9 +256,11 @@ class Topics:
                     raise  # while running: asked again at the next interval
                 # grown by another ktm process, or by this one's earlier try that timed out:
                 # the broker refuses a count it already has, and its metadata may lag it
-                if self._has_partitions(dest, wanted) or (
-                    isinstance(exc, InvalidPartitionsError) and self._await_count(dest, wanted)
-                ):
+                if isinstance(exc, InvalidPartitionsError):
+                    made = self._await_count(dest, wanted)
+                else:
+                    made = self._has_partitions(dest, wanted)
+                if made:
                     continue
                 # refused for good (a policy, an ACL, no CreatePartitions): the partitions it
                 # lacks are refused at start, halted while running
