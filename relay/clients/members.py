@@ -308,13 +308,21 @@ class Member:
         )
 
     def _poll(self, timeout: float) -> None:
-        if internals.joining(self._consumer):
-            internals.await_join(self._consumer, JOIN_POLL)
-            if internals.joining(self._consumer):
+        consumer = self._consumer
+        if internals.join_dropped(consumer):
+            # its outcome is lost; without a new join the member would wait for it for good
+            log.debug("a join ended between two polls; joining again")
+            internals.request_rejoin(consumer)
+        if not internals.joining(consumer):
+            records = consumer.poll(timeout_ms=int(timeout * 1000))
+            if records:  # never: the assignor assigns no Kafka partition
+                log.error("membership consumer received records: %s", list(records))
+        if internals.joining(consumer):
+            # sent by this poll (the rebalance listener may have spent its time) or out since
+            # an earlier one: wait for it at once, leaving no gap for it to end unseen
+            internals.await_join(consumer, JOIN_POLL)
+            if internals.joining(consumer):
                 return  # still out: the next poll waits for it again
-        records = self._consumer.poll(timeout_ms=int(timeout * 1000))
-        if records:  # never: the assignor assigns no Kafka partition
-            log.error("membership consumer received records: %s", list(records))
         if self._assignor.stale:
             self._assignor.stale = False
             internals.request_rejoin(self._consumer)

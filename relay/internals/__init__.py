@@ -31,6 +31,7 @@ from relay.internals.clients import (  # noqa: F401 - the package is where calle
     client_cluster,
     find_coordinator_soon,
     group_member_count,
+    join_dropped,
     joining,
     know_api_versions,
     last_heartbeat,

@@ -42,12 +42,33 @@ def joining(consumer: KafkaConsumer) -> bool:
     return task is not None and not task.is_done
 
 
+def join_dropped(consumer: KafkaConsumer) -> bool:
+    """This member's last JoinGroup/SyncGroup exchange ended after the poll that sent it gave
+    up waiting, and no poll took its outcome (kafka-python clears the task when one does).
+
+    kafka-python takes an exchange's outcome only while a poll awaits it. A later poll that
+    finds it done sends a new JoinGroup if the member still needs to rejoin, and otherwise does
+    nothing, for good: the heartbeat stays off, the assignment is never delivered, and the
+    coordinator expels the member. That happens when the rejoin was for a subscribed topic's
+    new partition: the leader's assignment itself clears that need (seen on a loaded CI
+    machine, where the rebalance listener had spent the poll's time)."""
+    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    task = attr(coordinator, "_join_task", "BaseCoordinator._join_task")
+    return task is not None and bool(task.is_done)
+
+
 def await_join(consumer: KafkaConsumer, timeout: float) -> None:
     """Wait up to `timeout` seconds for the join that is out, returning as soon as it ends
     (with its callbacks run, as in a poll): a consumer's poll, given no partition to fetch,
-    waits out its whole timeout even after the join ended."""
+    waits out its whole timeout even after the join ended.
+
+    kafka-python waits only while the member needs to rejoin, and a leader's own assignment can
+    clear that need before the exchange ends (`join_dropped`): the need is marked again first,
+    which the exchange's end clears."""
     coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
     ensure = attr(coordinator, "ensure_active_group", "ConsumerCoordinator.ensure_active_group")
+    if joining(consumer):
+        attr(coordinator, "request_rejoin", "ConsumerCoordinator.request_rejoin")()
     ensure(timeout_ms=int(timeout * 1000))
 
 

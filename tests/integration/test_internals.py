@@ -97,6 +97,17 @@ def test_the_consumer_group_and_admin_internals(source_broker):
         assert internals.joining(consumer) is True
         internals.await_join(consumer, 30)
         assert internals.joining(consumer) is False
+        assert internals.join_dropped(consumer) is False  # its outcome was taken
+        internals.request_rejoin(consumer)
+        consumer.poll(timeout_ms=0)
+        while internals.joining(consumer):  # it ends with no poll waiting for it
+            assert time.monotonic() < deadline, "the join never ended"
+            time.sleep(0.05)
+        assert internals.join_dropped(consumer) is True
+        internals.request_rejoin(consumer)
+        consumer.poll(timeout_ms=0)
+        internals.await_join(consumer, 30)
+        assert not internals.joining(consumer) and not internals.join_dropped(consumer)
         assert internals.metadata_config(consumer)["allow_auto_create_topics"] in (True, False)
         assert internals.metadata_config(admin)["allow_auto_create_topics"] in (True, False)
     finally:
