@@ -58,6 +58,8 @@ from relay.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 
+NO_LEADER = "(no leader)"  # the broker a fetch for a partition without a leader failed at
+
 _FRAME_MARGIN = 1024 * 1024  # a response's headers around its records
 
 
@@ -334,7 +336,7 @@ class BatchFetcher:
             if leader is None or leader == -1:
                 cluster.request_update()
                 error = kafka_errors.LeaderNotAvailableError(str(key))
-                refused.append(Answer(key, positions[key], _failed(error), "?"))
+                refused.append(Answer(key, positions[key], _failed(error), NO_LEADER))
             else:
                 by_node[leader].append(key)
         return by_node

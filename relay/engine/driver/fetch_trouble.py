@@ -28,6 +28,10 @@ WINDOW = 60.0  # seconds of failures counted
 LOG_EVERY = 30.0  # seconds between two warnings about one broker
 WAITING_NOTICE = 5.0  # seconds a fetch may be out before the progress line says so
 WAITING_FRESH = 3.0  # a waiting fetch not reported again for this long is over (its task too)
+# A broker with no failure reported for this long is not waited for any more: the progress line
+# drops it (its failures still count for the minute). Tasks report every second or so while
+# failures go on; a fetch that hangs instead shows as waiting.
+FAILING_FRESH = 10.0
 
 
 @dataclass
@@ -35,6 +39,7 @@ class _Broker:
     failures: deque[tuple[float, int]] = field(default_factory=deque)  # (when, how many)
     error: str = ""
     since: float | None = None  # when the current run of failures began
+    failed_at: float = float("-inf")  # when a failure was last reported
     waiting: float = 0.0  # the longest a fetch to it is out, from the latest report
     waiting_at: float = 0.0
     logged_at: float = -LOG_EVERY
@@ -56,6 +61,7 @@ class FetchTroubles:
                     broker.failures.append((now, report.failures))
                     broker.error = report.error
                     broker.since = broker.since if broker.since is not None else now
+                    broker.failed_at = now
                 broker.waiting, broker.waiting_at = report.waiting, now
                 self._expire(broker, now)
                 due = broker.failures and now - broker.logged_at >= LOG_EVERY
@@ -85,7 +91,7 @@ class FetchTroubles:
                 self._expire(broker, now)
                 failed = self._count(broker)
                 waiting = broker.waiting if now - broker.waiting_at < WAITING_FRESH else 0.0
-                if failed:
+                if failed and now - broker.failed_at <= FAILING_FRESH:
                     found.append(
                         f"waiting for {node}: {failed} fetches failed in the last "
                         f"{WINDOW:.0f} s ({broker.error})"
