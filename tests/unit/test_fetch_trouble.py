@@ -7,14 +7,7 @@ from relay.clients.batch_fetch import NO_LEADER
 from relay.engine.driver.fetch_trouble import FAILING_FRESH, WINDOW, FetchTroubles
 from relay.engine.metrics import Metrics
 from relay.spec import FetchTrouble
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def test_a_broker_is_waited_for_while_its_fetches_fail_and_not_once_they_stopped_failing():

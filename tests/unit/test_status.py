@@ -9,19 +9,12 @@ from relay.engine.driver.status import Status
 from relay.engine.metrics import Metrics
 from relay.engine.pipeline import NodeView
 from relay.spec import PartitionProgress, PartitionRoute
+from tests.support.clock import Clock
 
 ROUTES = [
     PartitionRoute("orders", 0, "orders-copy", 0),
     PartitionRoute("orders", 1, "orders-copy", 1),
 ]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make_status(stops: dict | None = None) -> tuple[Status, Clock, Metrics]:

@@ -6,14 +6,7 @@ from __future__ import annotations
 
 from relay.config import FetchConfig
 from relay.engine.executor.throttle import BURST, Throttle
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def test_without_a_limit_nothing_waits():
@@ -23,7 +16,7 @@ def test_without_a_limit_nothing_waits():
 
 
 def test_a_read_may_overdraw_and_the_next_waits_until_the_debt_is_paid():
-    clock = Clock()
+    clock = Clock(100.0)
     throttle = Throttle(1000, None, clock)  # records/s
     assert throttle.wait() == 0  # a burst's worth is there at the start
     throttle.spend(1000 * BURST + 500, 0)
@@ -35,14 +28,14 @@ def test_a_read_may_overdraw_and_the_next_waits_until_the_debt_is_paid():
 
 
 def test_the_stricter_of_records_and_bytes_sets_the_wait():
-    clock = Clock()
+    clock = Clock(100.0)
     throttle = Throttle(1000, 10_000, clock)
     throttle.spend(100 + 100, 1_000 + 20_000)  # records: 0.1 s over; bytes: 2 s over
     assert throttle.wait() == 2.0
 
 
 def test_idle_time_builds_no_more_than_a_burst():
-    clock = Clock()
+    clock = Clock(100.0)
     throttle = Throttle(1000, None, clock)
     clock.now += 3600
     throttle.spend(1000 * BURST + 1000, 0)  # an hour idle does not make an hour of credit
