@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 SETTLE_LIMIT = 45.0
 SETTLE_POLL = 0.2
 
-Appended = dict[TopicPartition, tuple[int, int]]  # (leader epoch, log end)
+Appended = internals.LogEnds  # (leader epoch, log end) of each partition
 
 
 def asking(

@@ -325,7 +325,7 @@ class Member:
                 return  # still out: the next poll waits for it again
         if self._assignor.stale:
             self._assignor.stale = False
-            internals.request_rejoin(self._consumer)
+            internals.request_rejoin(consumer)
 
     def last_heartbeat(self) -> float:
         """When the coordinator last answered a heartbeat of this member (monotonic clock;

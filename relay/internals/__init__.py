@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay.internals.clients import (  # noqa: F401 - the package is where callers find them
+    LogEnds,
     api_versions,
     await_join,
     client_cluster,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from relay.internals.missing import Missing, attr
 
@@ -37,8 +37,7 @@ def joining(consumer: KafkaConsumer) -> bool:
     drops its outcome and sends a new JoinGroup: one more rebalance (3 s more at Tansu, a new
     generation for every member on Kafka), seen in 1 start of 5 on a busy driver. A caller
     that knows a join is out can wait for it longer (`await_join`)."""
-    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
-    task = attr(coordinator, "_join_task", "BaseCoordinator._join_task")
+    task = _join_task(consumer)
     return task is not None and not task.is_done
 
 
@@ -52,9 +51,14 @@ def join_dropped(consumer: KafkaConsumer) -> bool:
     coordinator expels the member. That happens when the rejoin was for a subscribed topic's
     new partition: the leader's assignment itself clears that need (seen on a loaded CI
     machine, where the rebalance listener had spent the poll's time)."""
-    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
-    task = attr(coordinator, "_join_task", "BaseCoordinator._join_task")
+    task = _join_task(consumer)
     return task is not None and bool(task.is_done)
+
+
+def _join_task(consumer: KafkaConsumer) -> Any:
+    """kafka-python's task of the JoinGroup/SyncGroup exchange; None when no poll left one."""
+    coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
+    return attr(coordinator, "_join_task", "BaseCoordinator._join_task")
 
 
 def await_join(consumer: KafkaConsumer, timeout: float) -> None:
@@ -68,7 +72,7 @@ def await_join(consumer: KafkaConsumer, timeout: float) -> None:
     coordinator = attr(consumer, "_coordinator", "KafkaConsumer._coordinator")
     ensure = attr(coordinator, "ensure_active_group", "ConsumerCoordinator.ensure_active_group")
     if joining(consumer):
-        attr(coordinator, "request_rejoin", "ConsumerCoordinator.request_rejoin")()
+        request_rejoin(consumer)
     ensure(timeout_ms=int(timeout * 1000))
 
 
