@@ -179,8 +179,25 @@ def offset_bounds(
         begin = consumer.beginning_offsets(parts, timeout_ms=int(timeout * 1000))
         ends = answer()  # asked before the high watermark is read
         end = real_end_offsets(cluster, consumer, parts, begin, timeout)
-        committed.await_commits(cluster, consumer, ends, begin, end, timeout)
+        limit = functools.partial(tail_wait_limit, cluster, timeout)
+        committed.await_commits(cluster, consumer, ends, begin, end, timeout, limit)
     return {tuple(tp): v for tp, v in begin.items()}, {tuple(tp): v for tp, v in end.items()}
+
+
+_lag_limits: dict[ClusterConfig, str | None] = {}  # a broker setting, asked once a process
+
+
+def tail_wait_limit(cluster: ClusterConfig, timeout: float) -> float:
+    """committed.settle_limit for the cluster's brokers (one describes it: they agree), asked
+    only when a tail waits; a describe that failed is asked again the next time."""
+    name = "replica.lag.time.max.ms"
+    if cluster not in _lag_limits:
+        try:
+            _lag_limits[cluster] = broker_settings(cluster, [name], timeout).get(name)
+        except Exception as exc:  # noqa: BLE001 - the default limit holds: said, not fatal
+            log.debug("describing %s of %s: %s", name, describe(cluster), exc)
+            return committed.settle_limit(None)
+    return committed.settle_limit(_lag_limits[cluster])
 
 
 def metadata_seed(cluster: ClusterConfig, topics: Iterable[str], timeout: float) -> Seed | None:

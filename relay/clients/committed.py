@@ -32,9 +32,11 @@ from relay.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 
-# seconds: past a fencing (9 s) and replica.lag.time.max.ms (30 s), Kafka's defaults; a stall
-# longer than that is said, and the tail read as it stands
+# seconds: past a fencing (9 s) and replica.lag.time.max.ms (30 s), Kafka's defaults, where the
+# broker does not describe its own lag limit; a stall longer than that is said, and the tail
+# read as it stands
 SETTLE_LIMIT = 45.0
+SETTLE_MARGIN = 15.0  # past the broker's replica.lag.time.max.ms: its check runs on a period
 SETTLE_POLL = 0.2
 
 Appended = internals.LogEnds  # (leader epoch, log end) of each partition
@@ -64,9 +66,11 @@ def await_commits(
     begin: dict[TopicPartition, int],
     end: dict[TopicPartition, int],
     timeout: float,
+    limit: Callable[[], float] = lambda: SETTLE_LIMIT,
 ) -> None:
     """Until each partition's high watermark (`end`, updated in place) reaches the log end its
-    leader had (`ends`), or at most SETTLE_LIMIT seconds."""
+    leader had (`ends`), or at most `limit()` seconds (asked only when something waits: see
+    `settle_limit`)."""
     waiting = _behind(ends, end)
     if not waiting:
         return
@@ -75,7 +79,8 @@ def await_commits(
         "%d): their tails are read once they are",
         len(waiting), waiting[0].topic, waiting[0].partition, ends[waiting[0]][1], end[waiting[0]],
     )  # fmt: skip
-    deadline = time.monotonic() + SETTLE_LIMIT
+    most = limit()
+    deadline = time.monotonic() + most
     while waiting:
         if time.monotonic() > deadline:
             log.warning(
@@ -83,7 +88,7 @@ def await_commits(
                 "after %.0f s (a follower stalled in the ISR longer than replica.lag.time.max.ms?)"
                 ": their tails are read as they stand, and records a round gave up there may "
                 "arrive twice",
-                waiting[0].topic, waiting[0].partition, len(waiting) - 1, SETTLE_LIMIT,
+                waiting[0].topic, waiting[0].partition, len(waiting) - 1, most,
             )  # fmt: skip
             return
         time.sleep(SETTLE_POLL)
@@ -95,6 +100,17 @@ def await_commits(
         if len(now) < len(waiting):  # a leader moved or did not answer: whose is it now
             consumer.topics()
         waiting = _behind(ends, end)
+
+
+def settle_limit(lag_limit_ms: str | None) -> float:
+    """How long a tail waits for its leader's commits: the broker's `replica.lag.time.max.ms`
+    (a follower that stalls longer leaves the ISR, and what waited commits) and a margin, or
+    SETTLE_LIMIT where the broker does not describe it (Tansu) or describes nonsense."""
+    try:
+        lag = float(lag_limit_ms) / 1000 if lag_limit_ms else None
+    except ValueError:
+        lag = None
+    return SETTLE_LIMIT if lag is None or lag <= 0 else lag + SETTLE_MARGIN
 
 
 def _behind(ends: Appended, end: dict[TopicPartition, int]) -> list[TopicPartition]:

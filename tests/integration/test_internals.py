@@ -14,6 +14,8 @@ from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest
 
 from relay import internals
+from relay.clients import admin, committed
+from relay.config import ClusterConfig
 from testbed.topics import create_topic, unique_topic
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.brokers("tansu", "kafka")]
@@ -173,6 +175,19 @@ def test_a_leaders_log_end_is_asked_where_the_broker_offers_it(source_broker):
     finally:
         producer.close()
         consumer.close(autocommit=False)
+
+
+def test_a_tails_wait_for_commits_is_the_brokers_lag_limit_and_a_margin(source_broker):
+    """relay.clients.committed waits for a stalled follower as long as the broker keeps it in
+    the ISR: Apache Kafka describes its replica.lag.time.max.ms (25 s on the test pool), Tansu
+    describes nothing and the default limit holds."""
+    cluster = ClusterConfig("tails", (source_broker.bootstrap,))
+    described = admin.broker_settings(cluster, ["replica.lag.time.max.ms"], 10.0)
+    limit = admin.tail_wait_limit(cluster, 10.0)
+    if described:
+        assert (described, limit) == ({"replica.lag.time.max.ms": "25000"}, 40.0)
+    else:
+        assert limit == committed.SETTLE_LIMIT
 
 
 def test_the_pyspark_internals(spark):

@@ -21,7 +21,11 @@ from kafka.errors import KafkaError
 
 from testbed.kafka import VERSIONS, KafkaCluster
 
-POOL_SETTINGS = {"group.min.session.timeout.ms": "1000"}
+POOL_SETTINGS = {
+    "group.min.session.timeout.ms": "1000",
+    # not the default 30 s, so a test sees ktm read it (inert on one node: no follower lags)
+    "replica.lag.time.max.ms": "25000",
+}
 
 KINDS = {"kafka": VERSIONS["4"], "kafka39": VERSIONS["3.9"]}
 

@@ -111,3 +111,34 @@ def test_nothing_appended_past_the_high_watermark_asks_nothing(
     committed.await_commits(CLUSTER, leaders, {A: (3, 10)}, {}, end, 1.0)
     committed.await_commits(CLUSTER, leaders, {}, {}, end, 1.0)  # Tansu: no log ends
     assert (end, leaders.asked) == ({A: 10}, [])
+
+
+def test_the_wait_is_the_limit_asked_once_something_waits(
+    monkeypatch: pytest.MonkeyPatch, quick: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    asked: list[int] = []
+
+    def limit() -> float:
+        asked.append(1)
+        return 0.0
+
+    leaders = Leaders([{A: 10}] * 3, [{A: (3, 20)}] * 3)
+    script(monkeypatch, leaders)
+    end = {A: 10}
+    committed.await_commits(CLUSTER, leaders, {A: (3, 10)}, {}, end, 1.0, limit)
+    assert asked == []  # nothing waits: the broker is not asked
+    committed.await_commits(CLUSTER, leaders, {A: (3, 20)}, {}, end, 1.0, limit)
+    assert (end, asked) == ({A: 10}, [1])
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "after 0 s" in line
+
+
+@pytest.mark.parametrize(
+    ("described", "limit"),
+    [("60000", 75.0), ("30000", 45.0), ("500", 15.5), (None, 45.0), ("", 45.0),
+     ("soon", 45.0), ("0", 45.0), ("-1", 45.0)],
+)  # fmt: skip
+def test_the_limit_is_the_brokers_lag_limit_and_a_margin(
+    described: str | None, limit: float
+) -> None:
+    assert committed.settle_limit(described) == limit
