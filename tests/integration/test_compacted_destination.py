@@ -42,7 +42,7 @@ from testbed.ktm_process import ktm
 from testbed.records import Record, produce, read_all
 from testbed.topics import create_topic, unique_topic, wait_until
 from tests.support.inprocess import Background, relay_once
-from tests.support.relay import committed_offsets, write_config
+from tests.support.relay import committed_offsets, listed_end_offsets, write_config
 
 pytestmark = [pytest.mark.brokers("kafka"), pytest.mark.timeout(300)]
 
@@ -54,6 +54,7 @@ EAGER = {
     "min.compaction.lag.ms": "0",
 }
 PROVENANCE = "ktm.src"
+SEGMENT = 0.1  # seconds: EAGER's segment.ms
 
 
 class Numbered:
@@ -231,13 +232,20 @@ def test_group_sync_into_a_compacted_destination_translates_exactly(
     config = write_config(tmp_path / "ktm.toml", source=source, target=target,
                           topics={topic: dest})  # fmt: skip
 
-    def feed() -> None:
+    def feed() -> None:  # a batch, copied before the next: a destination batch each
         numbered.send(0, [b"k%d" % rng.randint(0, 7) for _ in range(rng.randint(1, 6))])
-        relay_once(config)
+        wait_until(lambda: listed_end_offsets(target, dest, 1)[0] == numbered.sent, 30,
+                   "the batch copied", every=0.05)  # fmt: skip
+        time.sleep(SEGMENT)  # the next one in a segment of its own
 
-    for _ in range(12):
-        feed()
-    wait_for_cleaning(target, dest, lambda found: len(found) < numbered.sent // 3, feed)
+    relay = Background(config, failover=False)
+    try:
+        for _ in range(12):
+            feed()
+        wait_for_cleaning(target, dest, lambda found: len(found) < numbered.sent // 3, feed)
+    finally:
+        relay.finish()
+    assert relay.error is None, relay.error
     stop_cleaning(target, dest)
     where = numbered.source()
     survivors = sorted((r.offset, where[_n(r)][1], _has_header(r)) for r in copies(target, dest))
@@ -262,7 +270,7 @@ def test_group_sync_into_a_compacted_destination_translates_exactly(
         _commit(source, group, topic, offset)
     sync = config.read_text() + '\n[groups]\ninclude = ["readers-.*"]\ninterval = "1s"\n'
     Path(config).write_text(sync)
-    relay = Background(config, failover=False)
+    relay = Background(config, failover=False)  # a new run: the groups are found at its start
     try:
         wait_until(lambda: all(_committed(target, g, dest) is not None for g in groups), 60,
                    "the groups synced", every=0.5)  # fmt: skip
